@@ -1,0 +1,29 @@
+"""mjx_py: a MuJoCo-compatible physics engine written in JAX.
+
+Public API (MuJoCo's names)::
+
+  m = mjx_py.from_xml_path("models/humanoid.xml")   # or from_xml_string(xml, assets=None)
+  d = mjx_py.make_data(m)                            # reset state at qpos0
+  d = mjx_py.reset_data(m, key=0)                    # state stored in keyframe 0
+"""
+
+from __future__ import annotations
+
+from . import mjcf
+from .data import Data, make_data, reset_data
+from .errors import MJCFError
+from .model import Model, Option, Statistic, name2id, put_model
+
+
+def from_xml_string(xml: str, assets: dict | None = None) -> Model:
+  """Compiles MJCF text into a Model. ``assets`` maps file names to contents (for includes)."""
+  return put_model(mjcf.compile_string(xml, assets))
+
+
+def from_xml_path(path, assets: dict | None = None) -> Model:
+  """Compiles an MJCF file into a Model."""
+  return put_model(mjcf.compile_file(path, assets))
+
+
+__all__ = ['MJCFError', 'Model', 'Option', 'Statistic', 'Data', 'from_xml_string',
+           'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id']

@@ -1,0 +1,116 @@
+"""The Data pytree: the simulation state and everything computed from it (MuJoCo's mjData).
+
+Shapes (MuJoCo's names and sizes); all floats in the default JAX float dtype, counters int32:
+
+  time               ()              simulation time
+  qpos               (nq,)           position                     qvel    (nv,)  velocity
+  act                (na,)           actuator activation          ctrl    (nu,)  control
+  qacc_warmstart     (nv,)           solver warm start            qacc    (nv,)  acceleration
+  qfrc_applied       (nv,)           applied generalized force
+  xfrc_applied       (nbody, 6)      applied Cartesian force/torque (world frame, at the CoM)
+  mocap_pos          (nmocap, 3)     mocap body positions
+  mocap_quat         (nmocap, 4)     mocap body orientations
+  eq_active          (neq,)          equality constraint switches (int32)
+  act_dot            (na,)           activation time derivative
+  sensordata         (nsensordata,)  sensor outputs
+  xpos, xquat, xmat  (nbody, 3/4/9)  body frames               xipos, ximat (nbody, 3/9)
+  xanchor, xaxis     (njnt, 3)       joint anchors and axes
+  geom_xpos/_xmat    (ngeom, 3/9)    site_xpos/_xmat (nsite, 3/9)
+  cam_xpos/_xmat     (ncam, 3/9)     light_xpos/_xdir (nlight, 3)
+  subtree_com        (nbody, 3)      cinert (nbody, 10)   cdof (nv, 6)   cvel (nbody, 6)
+  cdof_dot           (nv, 6)
+  ten_length         (ntendon,)      ten_velocity (ntendon,)   ten_J (ntendon, nv)
+  actuator_length    (nu,)           actuator_velocity (nu,)   actuator_force (nu,)
+  actuator_moment    (nu, nv)        qM (nv, nv) dense joint-space inertia
+  qfrc_bias, qfrc_passive, qfrc_actuator, qfrc_smooth, qacc_smooth, qfrc_constraint  (nv,)
+  energy             (2,)            potential and kinetic energy
+  warning_counts     (8,)            MuJoCo's warning counters (mjtWarning order), int32
+
+``make_data(m)`` gives MuJoCo's reset state (``mj_resetData``): qpos = qpos0, mocap poses from
+the mocap bodies, eq_active = eq_active0, everything else zero. Later pipeline stages fill the
+computed fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+NWARNING = 8
+
+# (name, shape as a function of the model)
+_SHAPES = (
+    ('time', lambda m: ()),
+    ('qpos', lambda m: (m.nq,)), ('qvel', lambda m: (m.nv,)), ('act', lambda m: (m.na,)),
+    ('qacc_warmstart', lambda m: (m.nv,)), ('ctrl', lambda m: (m.nu,)),
+    ('qfrc_applied', lambda m: (m.nv,)), ('xfrc_applied', lambda m: (m.nbody, 6)),
+    ('mocap_pos', lambda m: (m.nmocap, 3)), ('mocap_quat', lambda m: (m.nmocap, 4)),
+    ('qacc', lambda m: (m.nv,)), ('act_dot', lambda m: (m.na,)),
+    ('sensordata', lambda m: (m.nsensordata,)),
+    ('xpos', lambda m: (m.nbody, 3)), ('xquat', lambda m: (m.nbody, 4)),
+    ('xmat', lambda m: (m.nbody, 9)), ('xipos', lambda m: (m.nbody, 3)),
+    ('ximat', lambda m: (m.nbody, 9)), ('xanchor', lambda m: (m.njnt, 3)),
+    ('xaxis', lambda m: (m.njnt, 3)), ('geom_xpos', lambda m: (m.ngeom, 3)),
+    ('geom_xmat', lambda m: (m.ngeom, 9)), ('site_xpos', lambda m: (m.nsite, 3)),
+    ('site_xmat', lambda m: (m.nsite, 9)), ('cam_xpos', lambda m: (m.ncam, 3)),
+    ('cam_xmat', lambda m: (m.ncam, 9)), ('light_xpos', lambda m: (m.nlight, 3)),
+    ('light_xdir', lambda m: (m.nlight, 3)), ('subtree_com', lambda m: (m.nbody, 3)),
+    ('cinert', lambda m: (m.nbody, 10)), ('cdof', lambda m: (m.nv, 6)),
+    ('cvel', lambda m: (m.nbody, 6)), ('cdof_dot', lambda m: (m.nv, 6)),
+    ('ten_length', lambda m: (m.ntendon,)), ('ten_velocity', lambda m: (m.ntendon,)),
+    ('ten_J', lambda m: (m.ntendon, m.nv)), ('actuator_length', lambda m: (m.nu,)),
+    ('actuator_velocity', lambda m: (m.nu,)), ('actuator_force', lambda m: (m.nu,)),
+    ('actuator_moment', lambda m: (m.nu, m.nv)), ('qM', lambda m: (m.nv, m.nv)),
+    ('qfrc_bias', lambda m: (m.nv,)), ('qfrc_passive', lambda m: (m.nv,)),
+    ('qfrc_actuator', lambda m: (m.nv,)), ('qfrc_smooth', lambda m: (m.nv,)),
+    ('qacc_smooth', lambda m: (m.nv,)), ('qfrc_constraint', lambda m: (m.nv,)),
+    ('energy', lambda m: (2,)),
+)
+_INT_FIELDS = {'eq_active': lambda m: (m.neq,), 'warning_counts': lambda m: (NWARNING,)}
+
+_FIELD_NAMES = [n for n, _ in _SHAPES] + list(_INT_FIELDS)
+Data = dataclasses.make_dataclass('Data', [(n, object) for n in _FIELD_NAMES], frozen=True,
+                                  eq=False)
+Data.__doc__ = __doc__
+Data.__module__ = __name__
+jax.tree_util.register_dataclass(Data, data_fields=_FIELD_NAMES, meta_fields=[])
+
+
+def _mocap_init(m):
+  """Initial mocap poses: the compiled pose of each mocap body, in mocap id order."""
+  import numpy as np
+  ids = np.asarray(m.body_mocapid)
+  order = np.argsort(np.where(ids >= 0, ids, np.iinfo(np.int32).max))[:m.nmocap]
+  return m.body_pos[order], m.body_quat[order]
+
+
+def make_data(m) -> Data:
+  """Data at MuJoCo's reset state for model ``m`` (see module docstring)."""
+  dtype = jnp.result_type(float)
+  fields = {n: jnp.zeros(shape(m), dtype) for n, shape in _SHAPES}
+  fields.update({n: jnp.zeros(shape(m), jnp.int32) for n, shape in _INT_FIELDS.items()})
+  fields['qpos'] = jnp.asarray(m.qpos0, dtype)
+  mpos, mquat = _mocap_init(m)
+  fields['mocap_pos'] = jnp.asarray(mpos, dtype).reshape(m.nmocap, 3)
+  fields['mocap_quat'] = jnp.asarray(mquat, dtype).reshape(m.nmocap, 4)
+  fields['eq_active'] = jnp.asarray(m.eq_active0, jnp.int32)
+  return Data(**fields)
+
+
+def reset_data(m, d: Data | None = None, key: int | None = None) -> Data:
+  """Reset state; with ``key``, the state stored in keyframe ``key`` (mj_resetDataKeyframe).
+
+  Jittable in ``d`` (key must be a Python int). Returns a new Data.
+  """
+  d = make_data(m) if d is None else make_data(m)
+  if key is None:
+    return d
+  if not 0 <= key < m.nkey:
+    raise ValueError(f'keyframe index {key} out of range: the model has {m.nkey} keyframes')
+  return dataclasses.replace(
+      d, time=m.key_time[key], qpos=m.key_qpos[key], qvel=m.key_qvel[key],
+      act=m.key_act[key], ctrl=m.key_ctrl[key],
+      mocap_pos=m.key_mpos[key].reshape(m.nmocap, 3),
+      mocap_quat=m.key_mquat[key].reshape(m.nmocap, 4))
