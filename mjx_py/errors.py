@@ -24,16 +24,12 @@ class MJCFError(ValueError):
     super().__init__(self._format())
 
   def _format(self) -> str:
+    # <file>:<line>: <element> ['name'] [attribute 'x']: message
     where = f'{self.file or "<string>"}:{self.line if self.line is not None else "?"}'
-    what = ''
+    parts = []
     if self.element:
-      what = f'<{self.element}'
-      if self.name:
-        what += f' name="{self.name}"'
-      what += '>'
-      if self.attribute:
-        what += f' attribute \'{self.attribute}\''
-      what += ': '
-    elif self.attribute:
-      what = f'attribute \'{self.attribute}\': '
-    return f'{where}: {what}{self.message}'
+      parts.append(self.element + (f" '{self.name}'" if self.name else ''))
+    if self.attribute:
+      parts.append(f"attribute '{self.attribute}'")
+    what = ' '.join(parts)
+    return f'{where}: {what}: {self.message}' if what else f'{where}: {self.message}'

@@ -1,9 +1,10 @@
 """set_const (numpy mj_setConst) against MuJoCo 3.3.3's compiled MjModel.
 
-Each model is compiled by ``mujoco``; ``set_const`` runs on that MjModel, with the inputs MuJoCo
-had already converted reset to their pre-setConst "compute me" form (dampratio as positive
-biasprm[2], zero weld relquat, springlength -1 -1, garbage connect anchors), and every returned
-field is compared by name with the MjModel field.
+Each model is compiled by ``mujoco``.  ``set_const`` runs on that MjModel with the fields that
+mj_setConst rewrites taken back from the MjSpec, i.e. as the compiler hands them over: dampratio
+as a positive biasprm[2], the user's eq_data (anchor2 unset, zero weld relquat unless relpose is
+given), springlength (-1, -1) where it must be computed.  Every returned field is compared by name
+with the final MjModel field (statistics with any <statistic> override removed from the spec).
 """
 
 from __future__ import annotations
@@ -264,158 +265,164 @@ WORLD_ONLY = """
 """
 
 INLINE = {
-    "humanoid": HUMANOID, "chains": CHAINS, "tendons": TENDONS, "static": STATIC,
-    "world_only": WORLD_ONLY, "empty": "<mujoco/>",
+  "humanoid": HUMANOID,
+  "chains": CHAINS,
+  "tendons": TENDONS,
+  "static": STATIC,
+  "world_only": WORLD_ONLY,
+  "empty": "<mujoco/>",
 }
 REPO_MODELS = sorted((pathlib.Path(__file__).parents[1] / "models").glob("*.xml"))
 
+
 class PreSetConst:
-    """An MjModel seen through overrides: the fields as the compiler hands them to set_const."""
+  """An MjModel seen through overrides: the fields as the compiler hands them to set_const."""
 
-    def __init__(self, model, **overrides):
-        self._model = model
-        self._overrides = overrides
+  def __init__(self, model, **overrides):
+    self._model = model
+    self._overrides = overrides
 
-    def __getattr__(self, name):
-        if name in self._overrides:
-            return self._overrides[name]
-        return getattr(self._model, name)
+  def __getattr__(self, name):
+    if name in self._overrides:
+      return self._overrides[name]
+    return getattr(self._model, name)
 
 
 def pre_setconst(spec, model) -> PreSetConst:
-    """The model with the fields setConst rewrites taken back from the spec (compiler output).
+  """The model with the fields setConst rewrites taken back from the spec (compiler output).
 
-    The spec holds what the compiler copies into the model before mj_setConst: dampratio as a
-    positive biasprm[2], the user's eq_data (zero relquat unless relpose is given), springlength
-    (-1, -1) where it must be computed.  Element order in the spec is the model's id order.
-    """
-    assert len(spec.actuators) == model.nu and len(spec.equalities) == model.neq
-    assert len(spec.tendons) == model.ntendon
-    biasprm = np.array([a.biasprm for a in spec.actuators]).reshape(model.nu, 10)
-    eq_data = np.array([e.data for e in spec.equalities]).reshape(model.neq, 11)
-    lengthspring = np.array([t.springlength for t in spec.tendons]).reshape(model.ntendon, 2)
-    return PreSetConst(model, actuator_biasprm=biasprm, eq_data=eq_data,
-                       tendon_lengthspring=lengthspring)
+  The spec holds what the compiler copies into the model before mj_setConst: dampratio as a
+  positive biasprm[2], the user's eq_data (zero relquat unless relpose is given), springlength
+  (-1, -1) where it must be computed.  Element order in the spec is the model's id order.
+  """
+  assert len(spec.actuators) == model.nu and len(spec.equalities) == model.neq
+  assert len(spec.tendons) == model.ntendon
+  biasprm = np.array([a.biasprm for a in spec.actuators]).reshape(model.nu, 10)
+  eq_data = np.array([e.data for e in spec.equalities]).reshape(model.neq, 11)
+  lengthspring = np.array([t.springlength for t in spec.tendons]).reshape(model.ntendon, 2)
+  return PreSetConst(
+    model, actuator_biasprm=biasprm, eq_data=eq_data, tendon_lengthspring=lengthspring
+  )
 
 
 def _expected(model, key):
-    if key.startswith("stat_"):
-        return np.asarray(getattr(model.stat, key[5:]))
-    return np.asarray(getattr(model, key))
+  if key.startswith("stat_"):
+    return np.asarray(getattr(model.stat, key[5:]))
+  return np.asarray(getattr(model, key))
 
 
 MODELS = [pytest.param(("xml", xml), id=f"inline_{name}") for name, xml in INLINE.items()] + [
-    pytest.param(("path", str(p)), id=p.stem) for p in REPO_MODELS
+  pytest.param(("path", str(p)), id=p.stem) for p in REPO_MODELS
 ]
 
 
 @pytest.fixture(scope="module", params=MODELS)
 def compiled(request):
-    kind, src = request.param
-    spec = mujoco.MjSpec.from_string(src) if kind == "xml" else mujoco.MjSpec.from_file(src)
-    # drop <statistic> overrides (applying them is the compiler's job): MuJoCo computes them all
-    spec.stat.center = [np.nan, 0.0, 0.0]
-    spec.stat.extent = spec.stat.meaninertia = spec.stat.meanmass = spec.stat.meansize = np.nan
-    model = spec.compile()
-    return model, setconst.set_const(pre_setconst(spec, model))
+  kind, src = request.param
+  spec = mujoco.MjSpec.from_string(src) if kind == "xml" else mujoco.MjSpec.from_file(src)
+  # drop <statistic> overrides (applying them is the compiler's job): MuJoCo computes them all
+  spec.stat.center = [np.nan, 0.0, 0.0]
+  spec.stat.extent = spec.stat.meaninertia = spec.stat.meanmass = spec.stat.meansize = np.nan
+  model = spec.compile()
+  return model, setconst.set_const(pre_setconst(spec, model))
 
 
-FIELDS = [
-    "dof_M0", "dof_invweight0", "body_invweight0", "body_subtreemass",
-    "tendon_length0", "tendon_invweight0", "tendon_lengthspring", "actuator_length0",
-    "actuator_acc0", "actuator_biasprm", "eq_data", "cam_pos0", "cam_mat0", "cam_poscom0",
-    "light_pos0", "light_dir0", "light_poscom0", "stat_meaninertia", "stat_meanmass",
-    "stat_meansize", "stat_extent", "stat_center",
-]
+FIELDS = """
+  dof_M0 dof_invweight0 body_invweight0 body_subtreemass tendon_length0 tendon_invweight0
+  tendon_lengthspring actuator_length0 actuator_acc0 actuator_biasprm eq_data cam_pos0 cam_mat0
+  cam_poscom0 light_pos0 light_dir0 light_poscom0 stat_meaninertia stat_meanmass stat_meansize
+  stat_extent stat_center
+""".split()
 
 
 @pytest.mark.parametrize("key", FIELDS)
 def test_field_matches_mujoco(compiled, key):
-    model, out = compiled
-    want = _expected(model, key)
-    got = out[key]
-    assert got.shape == want.shape
-    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=key)
+  model, out = compiled
+  want = _expected(model, key)
+  got = out[key]
+  assert got.shape == want.shape
+  np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=key)
 
 
 def test_all_keys_present(compiled):
-    _, out = compiled
-    assert set(FIELDS) <= set(out)
+  _, out = compiled
+  assert set(FIELDS) <= set(out)
 
 
 def test_plain_mjmodel_is_a_fixed_point(compiled):
-    """On the final MjModel (markers already consumed) set_const reproduces it unchanged."""
-    model, _ = compiled
-    out = setconst.set_const(model)
-    for key in ("actuator_biasprm", "eq_data", "tendon_lengthspring", "dof_M0"):
-        np.testing.assert_allclose(out[key], _expected(model, key), rtol=RTOL, atol=ATOL)
+  """On the final MjModel (markers already consumed) set_const reproduces it unchanged."""
+  model, _ = compiled
+  out = setconst.set_const(model)
+  for key in ("actuator_biasprm", "eq_data", "tendon_lengthspring", "dof_M0"):
+    np.testing.assert_allclose(out[key], _expected(model, key), rtol=RTOL, atol=ATOL)
 
 
 def test_kinematics_and_mass_matrix(compiled):
-    """The numpy building blocks agree with mj_forward at qpos0 and at random poses."""
-    model, _ = compiled
-    data = mujoco.MjData(model)
-    rng = np.random.default_rng(0)
-    tree = setconst.make_tree(model)
-    poses = [model.qpos0] + [model.qpos0 + 0.5 * rng.standard_normal(model.nq) for _ in range(4)]
-    for qpos in poses:
-        data.qpos[:] = qpos
-        mujoco.mj_forward(model, data)
-        kin = setconst.kinematics(model, qpos, tree)
-        for name in ("xpos", "xquat", "xipos", "xanchor", "xaxis", "geom_xpos", "site_xpos",
-                     "subtree_com", "cdof"):
-            np.testing.assert_allclose(getattr(kin, name), getattr(data, name), rtol=RTOL,
-                                       atol=1e-10, err_msg=name)
-        np.testing.assert_allclose(kin.xmat.reshape(-1, 9), data.xmat, atol=1e-10)
-        np.testing.assert_allclose(kin.site_xmat.reshape(-1, 9), data.site_xmat, atol=1e-10)
-        ten_length, ten_J = setconst.tendon(model, tree, kin)
-        np.testing.assert_allclose(ten_length, data.ten_length, rtol=RTOL, atol=1e-10)
-        np.testing.assert_allclose(ten_J, data.ten_J.reshape(model.ntendon, model.nv),
-                                   rtol=1e-8, atol=1e-10)
-        qm = np.zeros((model.nv, model.nv))
-        mujoco.mj_fullM(model, qm, data.qM)
-        np.testing.assert_allclose(setconst.mass_matrix(model, tree, kin, ten_J), qm, rtol=RTOL,
-                                   atol=1e-10)
-        length, moment = setconst.transmission(model, tree, kin, ten_length, ten_J)
-        dense = np.zeros((model.nu, model.nv))
-        mujoco.mju_sparse2dense(dense, data.actuator_moment, data.moment_rownnz,
-                                data.moment_rowadr, data.moment_colind)
-        np.testing.assert_allclose(length, data.actuator_length, rtol=RTOL, atol=1e-10)
-        np.testing.assert_allclose(moment, dense, rtol=1e-8, atol=1e-10)
+  """The numpy building blocks agree with mj_forward at qpos0 and at random poses."""
+  model, _ = compiled
+  data = mujoco.MjData(model)
+  rng = np.random.default_rng(0)
+  tree = setconst.make_tree(model)
+  poses = [model.qpos0] + [model.qpos0 + 0.5 * rng.standard_normal(model.nq) for _ in range(4)]
+  for qpos in poses:
+    data.qpos[:] = qpos
+    mujoco.mj_forward(model, data)
+    kin = setconst.kinematics(model, qpos, tree)
+    for name in "xpos xquat xipos xanchor xaxis geom_xpos site_xpos subtree_com cdof".split():
+      np.testing.assert_allclose(
+        getattr(kin, name), getattr(data, name), rtol=RTOL, atol=1e-10, err_msg=name
+      )
+    np.testing.assert_allclose(kin.xmat.reshape(-1, 9), data.xmat, atol=1e-10)
+    np.testing.assert_allclose(kin.site_xmat.reshape(-1, 9), data.site_xmat, atol=1e-10)
+    ten_length, ten_J = setconst.tendon(model, tree, kin)
+    np.testing.assert_allclose(ten_length, data.ten_length, rtol=RTOL, atol=1e-10)
+    np.testing.assert_allclose(
+      ten_J, data.ten_J.reshape(model.ntendon, model.nv), rtol=1e-8, atol=1e-10
+    )
+    qm = np.zeros((model.nv, model.nv))
+    mujoco.mj_fullM(model, qm, data.qM)
+    np.testing.assert_allclose(
+      setconst.mass_matrix(model, tree, kin, ten_J), qm, rtol=RTOL, atol=1e-10
+    )
+    length, moment = setconst.transmission(model, tree, kin, ten_length, ten_J)
+    dense = np.zeros((model.nu, model.nv))
+    mujoco.mju_sparse2dense(
+      dense, data.actuator_moment, data.moment_rownnz, data.moment_rowadr, data.moment_colind
+    )
+    np.testing.assert_allclose(length, data.actuator_length, rtol=RTOL, atol=1e-10)
+    np.testing.assert_allclose(moment, dense, rtol=1e-8, atol=1e-10)
 
 
 # every field set_const reads (hfield models also need geom_dataid and hfield_size)
-INPUT_FIELDS = [
-    "actuator_biasprm", "actuator_cranklength", "actuator_gainprm", "actuator_gear",
-    "actuator_trnid", "actuator_trntype", "body_inertia", "body_ipos", "body_iquat", "body_mass",
-    "body_parentid", "body_pos", "body_quat", "cam_bodyid", "cam_pos", "cam_quat",
-    "cam_targetbodyid", "dof_armature", "dof_bodyid", "eq_data", "eq_obj1id", "eq_obj2id",
-    "eq_objtype", "eq_type", "geom_bodyid", "geom_pos", "geom_quat", "geom_rbound", "geom_size",
-    "geom_type", "jnt_axis", "jnt_bodyid", "jnt_dofadr", "jnt_pos", "jnt_qposadr", "jnt_type",
-    "light_bodyid", "light_dir", "light_pos", "light_targetbodyid", "qpos0", "qpos_spring",
-    "site_bodyid", "site_pos", "site_quat", "tendon_adr", "tendon_armature",
-    "tendon_lengthspring", "tendon_num", "wrap_objid", "wrap_prm", "wrap_type",
-]
+INPUT_FIELDS = """
+  actuator_biasprm actuator_cranklength actuator_gainprm actuator_gear actuator_trnid
+  actuator_trntype body_inertia body_ipos body_iquat body_mass body_parentid body_pos body_quat
+  cam_bodyid cam_pos cam_quat cam_targetbodyid dof_armature dof_bodyid eq_data eq_obj1id
+  eq_obj2id eq_objtype eq_type geom_bodyid geom_pos geom_quat geom_rbound geom_size geom_type
+  jnt_axis jnt_bodyid jnt_dofadr jnt_pos jnt_qposadr jnt_type light_bodyid light_dir light_pos
+  light_targetbodyid qpos0 qpos_spring site_bodyid site_pos site_quat tendon_adr tendon_armature
+  tendon_lengthspring tendon_num wrap_objid wrap_prm wrap_type
+""".split()
 
 
 def test_plain_arrays_input_and_no_mutation():
-    """Plain numpy arrays (no MjModel) give the same result, and inputs are left untouched."""
-    spec = mujoco.MjSpec.from_string(TENDONS)
-    model = spec.compile()
-    pre = pre_setconst(spec, model)
-    arrays = {name: np.array(getattr(pre, name)) for name in INPUT_FIELDS}
-    frozen = {name: a.copy() for name, a in arrays.items()}
-    for a in arrays.values():
-        a.flags.writeable = False
-    out = setconst.set_const(types.SimpleNamespace(**arrays))
-    want = setconst.set_const(pre)
-    assert set(out) == set(want)
-    for key in out:
-        np.testing.assert_array_equal(out[key], want[key], err_msg=key)
-    for name in INPUT_FIELDS:
-        np.testing.assert_array_equal(arrays[name], frozen[name], err_msg=name)
+  """Plain numpy arrays (no MjModel) give the same result, and inputs are left untouched."""
+  spec = mujoco.MjSpec.from_string(TENDONS)
+  model = spec.compile()
+  pre = pre_setconst(spec, model)
+  arrays = {name: np.array(getattr(pre, name)) for name in INPUT_FIELDS}
+  frozen = {name: a.copy() for name, a in arrays.items()}
+  for a in arrays.values():
+    a.flags.writeable = False
+  out = setconst.set_const(types.SimpleNamespace(**arrays))
+  want = setconst.set_const(pre)
+  assert set(out) == set(want)
+  for key in out:
+    np.testing.assert_array_equal(out[key], want[key], err_msg=key)
+  for name in INPUT_FIELDS:
+    np.testing.assert_array_equal(arrays[name], frozen[name], err_msg=name)
 
 
 def test_body_simple(compiled):
-    model, _ = compiled
-    np.testing.assert_array_equal(setconst.body_simple(model), model.body_simple)
+  model, _ = compiled
+  np.testing.assert_array_equal(setconst.body_simple(model), model.body_simple)

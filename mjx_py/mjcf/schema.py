@@ -547,7 +547,7 @@ UNSUPPORTED = {
     'mesh': 'meshes', 'hfield': 'height fields', 'composite': 'composite',
     'flexcomp': 'flexcomp', 'flex': 'flex', 'equality/flex': 'flex equality constraints',
     'attach': 'attach', 'asset/model': 'attach', 'replicate': 'replicate',
-    'extension': 'plugins', 'element-plugin': 'plugins', 'actuator/plugin': 'plugin actuators',
+    'extension/plugin': 'plugins', 'element-plugin': 'plugins', 'actuator/plugin': 'plugin actuators',
     'sensor/plugin': 'plugin sensors', 'sensor/user': 'user sensors',
     'default/mesh': 'meshes',
 }

@@ -1,0 +1,48 @@
+"""Command line: ``python -m mjx_py [MODEL.xml]`` (also the ``mjx-py`` console script).
+
+Until simulation lands, the main job compiles a model and prints its sizes and the time the
+compiler took (host-side MJCF -> numpy arrays, and the upload into the Model pytree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             'models', 'humanoid.xml')
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(prog='mjx-py', description=__doc__.splitlines()[0])
+  parser.add_argument('model', nargs='?', default=DEFAULT_MODEL, help='MJCF file')
+  parser.add_argument('--repeat', type=int, default=5, help='compile this many times')
+  args = parser.parse_args(argv)
+
+  from . import MJCFError, mjcf, put_model
+  try:
+    times = []
+    for _ in range(max(1, args.repeat)):
+      t0 = time.perf_counter()
+      arrays = mjcf.compile_file(args.model)
+      times.append(time.perf_counter() - t0)
+  except MJCFError as e:
+    print(f'error: {e}', file=sys.stderr)
+    return 1
+  t0 = time.perf_counter()
+  m = put_model(arrays)
+  t_put = time.perf_counter() - t0
+  print(f'model: {args.model}')
+  sizes = ('nq nv nu na nbody njnt ngeom nsite ncam nlight nmocap ntendon nwrap neq npair '
+           'nexclude nsensor nsensordata nkey').split()
+  print('sizes: ' + ', '.join(f'{k}={getattr(m, k)}' for k in sizes))
+  print(f'total mass: {float(m.body_mass.sum()):.4g} kg, timestep: {float(m.opt.timestep):g} s')
+  print(f'compile (MJCF -> arrays): best {min(times) * 1e3:.1f} ms of {len(times)}, '
+        f'first {times[0] * 1e3:.1f} ms; put_model: {t_put * 1e3:.1f} ms')
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
