@@ -59,15 +59,21 @@ def _contact(ctx, out: dict):
       g2 = ctx.lookup('geom', v['geom2'], node, 'geom2')
       if v['condim'] not in (1, 3, 4, 6):
         raise node.error('invalid condim (must be 1, 3, 4 or 6)', 'condim')
-      b1, b2 = int(bodyid[g1]), int(bodyid[g2])
-      ctx.register('pair', v.get('name'), node, len(pairs))
-      pairs.append(dict(v=v, g1=g1, g2=g2, sig=(min(b1, b2) << 16) + max(b1, b2)))
+      if bodyid[g1] > bodyid[g2]:  # MuJoCo stores geom1 on the lower-numbered body
+        g1, g2 = g2, g1
+      sig = (int(bodyid[g1]) << 16) + int(bodyid[g2])
+      pairs.append(dict(v=v, node=node, g1=g1, g2=g2, sig=sig))
     else:
       b1 = ctx.lookup('body', node.vals['body1'], node, 'body1')
       b2 = ctx.lookup('body', node.vals['body2'], node, 'body2')
-      ctx.register('exclude', node.vals.get('name'), node, len(excludes))
-      excludes.append((min(b1, b2) << 16) + max(b1, b2))
-  pairs.sort(key=lambda p: p['sig'])  # MuJoCo orders pairs by body-pair signature (stable)
+      excludes.append(dict(node=node, sig=(min(b1, b2) << 16) + max(b1, b2)))
+  # MuJoCo orders pairs and excludes by body-pair signature (stable); ids follow that order
+  pairs.sort(key=lambda p: p['sig'])
+  excludes.sort(key=lambda e: e['sig'])
+  for i, p in enumerate(pairs):
+    ctx.register('pair', p['v'].get('name'), p['node'], i)
+  for i, e in enumerate(excludes):
+    ctx.register('exclude', e['node'].vals.get('name'), e['node'], i)
   out['npair'] = len(pairs)
   pv = lambda k: [p['v'][k] for p in pairs]  # noqa: E731
   out['pair_dim'] = np.array(pv('condim'), np.int32)
@@ -81,7 +87,7 @@ def _contact(ctx, out: dict):
   out['pair_gap'] = np.array(pv('gap'), float)
   out['pair_friction'] = np.array(pv('friction'), float).reshape(-1, 5)
   out['nexclude'] = len(excludes)
-  out['exclude_signature'] = np.array(excludes, np.int32)
+  out['exclude_signature'] = np.array([e['sig'] for e in excludes], np.int32)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ child tag to ``(child kind, multiplicity)`` where multiplicity is one of MuJoCo'
 
   ``!`` required, once; ``?`` optional, once; ``*`` any number; ``R`` any number, recursive.
 
-``ATTRS[kind]`` maps attribute name to an :class:`Attr`. Defaults here are MuJoCo's internal defaults
+``ATTRS[kind]`` maps attribute name to an :class:`Attr`. Defaults here are MuJoCo's internal
+defaults
 (those that initialise the ``main`` default class); ``None`` means the attribute starts "undefined".
 """
 
@@ -77,8 +78,9 @@ ORIENT = dict(
 
 _FLAGS = dict(
     (f, K('disable enable', 'enable'))
-    for f in ('constraint equality frictionloss limit contact passive gravity clampctrl warmstart '
-              'filterparent actuation refsafe sensor midphase eulerdamp autoreset nativeccd').split()
+    for f in ('constraint equality frictionloss limit contact passive gravity clampctrl '
+              'warmstart filterparent actuation refsafe sensor midphase eulerdamp autoreset '
+              'nativeccd').split()
 )
 _FLAGS.update(
     (f, K('disable enable', 'disable'))
@@ -547,7 +549,8 @@ UNSUPPORTED = {
     'mesh': 'meshes', 'hfield': 'height fields', 'composite': 'composite',
     'flexcomp': 'flexcomp', 'flex': 'flex', 'equality/flex': 'flex equality constraints',
     'attach': 'attach', 'asset/model': 'attach', 'replicate': 'replicate',
-    'extension/plugin': 'plugins', 'element-plugin': 'plugins', 'actuator/plugin': 'plugin actuators',
+    'extension/plugin': 'plugins', 'element-plugin': 'plugins',
+    'actuator/plugin': 'plugin actuators',
     'sensor/plugin': 'plugin sensors', 'sensor/user': 'user sensors',
     'default/mesh': 'meshes',
 }

@@ -69,6 +69,9 @@ class Loader:
       raise MJCFError(f'malformed XML: {e.msg}', file, line) from None
     except ValueError as e:  # e.g. bad encoding declaration
       raise MJCFError(f'malformed XML: {e}', file, None) from None
+    dtd = root.getroottree().docinfo.internalDTD
+    if dtd is not None and any(True for _ in dtd.iterentities()):
+      raise MJCFError('entity declarations are not allowed in MJCF', file, 1)
     return self._convert(root, file)
 
   def _convert(self, el, file: str) -> Node:
@@ -195,7 +198,7 @@ def validate(node: Node, kind: str):
     if mult in '!?' and counts[child.tag] > 1:
       raise child.error(f"unique element '{child.tag}' found more than once in <{node.tag}>")
     validate(child, child_kind)
-  for tag, (child_kind, mult) in allowed.items():
+  for tag, (_, mult) in allowed.items():
     if mult == '!' and tag not in counts:
       raise node.error(f"required element '{tag}' is missing")
 

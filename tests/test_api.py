@@ -1,0 +1,130 @@
+"""Public API: loading, the Model/Data pytrees under jit/vmap, keyframes, hardened parsing."""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mjx_py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HUMANOID = os.path.join(ROOT, 'models', 'humanoid.xml')
+
+SMALL = """
+<mujoco>
+  <worldbody>
+    <body name="b" pos="0 0 1">
+      <joint name="h" type="hinge" axis="0 1 0" range="-30 60"/>
+      <geom type="capsule" fromto="0 0 0 0 0 -0.5" size="0.05"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="h" ctrlrange="-1 1"/></actuator>
+  <keyframe><key name="k" qpos="0.3" ctrl="0.5" time="1.5"/></keyframe>
+</mujoco>
+"""
+
+
+@pytest.fixture(scope='module')
+def humanoid():
+  return mjx_py.from_xml_path(HUMANOID)
+
+
+def test_from_xml_string_and_sizes():
+  m = mjx_py.from_xml_string(SMALL)
+  assert (m.nq, m.nv, m.nu, m.nbody, m.nkey) == (1, 1, 1, 2, 1)
+  assert mjx_py.name2id(m, 'joint', 'h') == 0
+  assert mjx_py.name2id(m, 'body', 'world') == 0
+  assert mjx_py.name2id(m, 'body', 'nope') == -1
+  np.testing.assert_allclose(np.asarray(m.jnt_range[0]), np.deg2rad([-30, 60]), rtol=1e-6)
+
+
+def test_default_dtypes(humanoid):
+  assert humanoid.body_mass.dtype == jnp.result_type(float)
+  assert humanoid.jnt_qposadr.dtype == jnp.int32
+  assert humanoid.jnt_limited.dtype == jnp.int32
+  assert isinstance(humanoid.opt.integrator, int)
+
+
+def test_model_is_pytree_under_jit_and_vmap(humanoid):
+  leaves, treedef = jax.tree_util.tree_flatten(humanoid)
+  assert all(isinstance(x, jax.Array) for x in leaves)
+  rebuilt = jax.tree_util.tree_unflatten(treedef, leaves)
+  assert rebuilt.nv == humanoid.nv
+
+  @jax.jit
+  def total_mass(m):
+    return jnp.sum(m.body_mass) * m.opt.timestep
+
+  np.testing.assert_allclose(total_mass(humanoid),
+                             np.sum(humanoid.body_mass) * humanoid.opt.timestep, rtol=1e-6)
+  # a batch of models differing in mass (domain randomization shape)
+  scales = jnp.linspace(0.5, 1.5, 4)
+  batched = jax.vmap(lambda s: jax.tree_util.tree_map(lambda x: x, humanoid).__class__(
+      **{**{f: getattr(humanoid, f) for f in humanoid.__dataclass_fields__},
+         'body_mass': humanoid.body_mass * s}))(scales)
+  assert batched.body_mass.shape == (4, humanoid.nbody)
+  out = jax.vmap(total_mass)(batched)
+  np.testing.assert_allclose(out, scales * total_mass(humanoid), rtol=1e-5)
+
+
+def test_make_data_and_keyframe():
+  m = mjx_py.from_xml_string(SMALL)
+  d = mjx_py.make_data(m)
+  assert d.qpos.shape == (1,) and d.ctrl.shape == (1,)
+  dk = mjx_py.reset_data(m, key=0)
+  np.testing.assert_allclose(dk.qpos, [0.3])
+  np.testing.assert_allclose(dk.ctrl, [0.5])
+  np.testing.assert_allclose(dk.time, 1.5)
+  with pytest.raises(ValueError):
+    mjx_py.reset_data(m, key=3)
+  d2 = jax.jit(lambda d: d)(d)
+  assert jax.tree_util.tree_structure(d2) == jax.tree_util.tree_structure(d)
+
+
+def test_include_from_assets():
+  main = '<mujoco><include file="part.xml"/></mujoco>'
+  part = b'<mujoco><worldbody><body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>'
+  m = mjx_py.from_xml_string(main, assets={'part.xml': part})
+  assert m.nq == 7
+
+
+def test_external_entities_are_never_expanded(tmp_path):
+  secret = tmp_path / 'secret.txt'
+  secret.write_text('1 2 3')
+  xml = (f'<?xml version="1.0"?><!DOCTYPE mujoco [<!ENTITY e SYSTEM "file://{secret}">]>'
+         '<mujoco><worldbody><geom size="&e;"/></worldbody></mujoco>')
+  with pytest.raises(mjx_py.MJCFError):
+    mjx_py.from_xml_string(xml)
+
+
+def test_entity_bomb_is_rejected():
+  # "billion laughs": each entity expands to ten copies of the previous one
+  entities = ['<!ENTITY l0 "lol">'] + [
+      f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 9)]
+  xml = f'<?xml version="1.0"?><!DOCTYPE m [{"".join(entities)}]><mujoco model="&l8;"/>'
+  with pytest.raises(mjx_py.MJCFError):
+    mjx_py.from_xml_string(xml)
+
+
+def test_missing_file_is_mjcf_error(tmp_path):
+  with pytest.raises(mjx_py.MJCFError) as e:
+    mjx_py.from_xml_path(tmp_path / 'nope.xml')
+  assert 'nope.xml' in str(e.value)
+
+
+def test_main_job_prints_summary(capsys):
+  from mjx_py.__main__ import main
+  assert main([HUMANOID, '--repeat', '1']) == 0
+  out = capsys.readouterr().out
+  assert 'nq=' in out and 'compile' in out
+
+
+def test_internal_entities_are_not_expanded():
+  xml = ('<?xml version="1.0"?><!DOCTYPE mujoco [<!ENTITY r "0.1">]>'
+         '<mujoco><worldbody><geom size="&r;"/></worldbody></mujoco>')
+  with pytest.raises(mjx_py.MJCFError, match='entity'):
+    mjx_py.from_xml_string(xml)
