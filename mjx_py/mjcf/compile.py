@@ -105,6 +105,7 @@ def compile_model(root: Node) -> dict:
   _sites(ctx, bodies, out)
   _cameras_lights(ctx, bodies, out)
   _inertia(ctx, bodies, out)
+  _align_free(ctx, bodies, out)
   _topology(ctx, bodies, out)
   compile_elements.compile_all(ctx, out)
   _user_arrays(ctx, out)
@@ -616,7 +617,7 @@ def _cameras_lights(ctx: Ctx, bodies, out: dict):
   out['cam_quat'] = np.array([r['quat'] for r in cams], float).reshape(-1, 4)
   out['cam_orthographic'] = np.array([int(r['v']['orthographic'] == 'true') for r in cams],
                                      np.int32)
-  out['cam_fovy'] = np.array([r['v']['fovy'] for r in cams], float)
+  out['cam_fovy'] = np.array([_fovy(r) for r in cams], float)
   out['cam_ipd'] = np.array([r['v']['ipd'] for r in cams], float)
   out['cam_resolution'] = np.array([r['v']['resolution'] for r in cams], np.int32).reshape(-1, 2)
   out['cam_sensorsize'] = np.array([r['v']['sensorsize'] for r in cams],
@@ -638,6 +639,16 @@ def _cameras_lights(ctx: Ctx, bodies, out: dict):
   ctx.cam_rows, ctx.light_rows = cams, lights
 
 
+def _fovy(r):
+  """Vertical field of view in degrees; a physical sensor size implies it from the focal length."""
+  v = r['v']
+  ss = np.array(v['sensorsize'], np.float32).astype(float)  # MuJoCo keeps these in float32
+  if ss[1] > 0:
+    focal_y = float(np.float32(_intrinsic(r)[1]))
+    return 2 * math.degrees(math.atan2(0.5 * ss[1], focal_y))
+  return v['fovy']
+
+
 def _intrinsic(r):
   v = r['v']
   focal = np.array(v['focal'], float)
@@ -655,7 +666,13 @@ def _intrinsic(r):
 # Mass and inertia.
 
 def _inertia(ctx: Ctx, bodies, out: dict):
-  """Body mass, centre of mass and principal inertia (explicit or inferred from geoms)."""
+  """Body mass, centre of mass and principal inertia (MuJoCo's mjCBody::Compile rules).
+
+  The geoms in inertiagrouprange define the inertial frame when inertiafromgeom is 'true', or
+  'auto' and the body has no <inertial>; otherwise the <inertial> does. When neither defines it
+  (no <inertial>, no selected geom), MuJoCo copies the body's own pos/quat attributes (before
+  any <frame> is applied) into ipos/iquat, with zero mass and inertia.
+  """
   nbody = len(bodies)
   mass = np.zeros(nbody)
   ipos = np.zeros((nbody, 3))
@@ -667,21 +684,17 @@ def _inertia(ctx: Ctx, bodies, out: dict):
   for gi, r in enumerate(ctx.geom_rows):
     geoms_by_body.setdefault(r['body'], []).append(gi)
   for b in bodies[1:]:
-    node = b.inertial
-    use_geoms = mode == 'true' or (mode == 'auto' and node is None)
-    if not use_geoms:
-      if node is None:  # massless; moving bodies are checked in _topology
-        continue
-      m, p, q, diag = _explicit_inertial(ctx, node)
-    else:
-      parts = []
-      for gi in geoms_by_body.get(b.id, []):
-        r = ctx.geom_rows[gi]
-        if not lo <= r['v']['group'] <= hi:
-          continue
-        parts.append(_geom_mass(r))
-      m, p, q, diag = _combine(parts, b)
-    mass[b.id], ipos[b.id], iquat[b.id], inertia[b.id] = m, p, q, diag
+    frame = None
+    if b.inertial is not None:
+      frame = _explicit_inertial(ctx, b.inertial)
+    if mode == 'true' or (mode == 'auto' and b.inertial is None):
+      parts = [_geom_mass(ctx.geom_rows[gi]) for gi in geoms_by_body.get(b.id, [])
+               if lo <= ctx.geom_rows[gi]['v']['group'] <= hi]
+      if parts:
+        frame = _combine(parts, b)
+    if frame is None:
+      frame = (0.0, b.lpos, b.lquat, np.zeros(3))
+    mass[b.id], ipos[b.id], iquat[b.id], inertia[b.id] = frame
   # bounds, balance, totals
   c = ctx.compiler
   for b in bodies[1:]:
@@ -744,7 +757,7 @@ def _geom_mass(r):
   shell = v['shellinertia'] == 'true'
   vol, unit_inertia = compile_tree.geom_volume_inertia(r['type'], r['size'], shell)
   if v['mass'] is not None:
-    m = v['mass']
+    m = v['mass'] if vol > 1e-14 else 0.0  # MuJoCo ignores a given mass on a volume-less geom
   else:
     m = v['density'] * vol
   return m, r['pos'], r['quat'], unit_inertia * m
@@ -768,6 +781,58 @@ def _combine(parts, body):
     full += m * (np.dot(dp, dp) * np.eye(3) - np.outer(dp, dp))
   vals, quat = orient.eig3(full)
   return total, com, quat, vals
+
+
+def _aligns_free(ctx: Ctx, b, has_children: bool) -> bool:
+  """Whether MuJoCo moves this body's frame onto its inertial frame (free-joint alignment).
+
+  Applies to a childless body whose only joint is free, with freejoint align="true", or
+  align="auto" (also any <joint type="free">) and compiler alignfree="true".
+  """
+  if len(b.joints) != 1 or has_children:
+    return False
+  node = b.joints[0][0]
+  if node.tag == 'joint':
+    if ctx.defaults.resolve(node, 'joint', b.joints[0][3])['type'] != 'free':
+      return False
+    align = 'auto'
+  else:
+    align = node.vals.get('align', 'auto')
+  return align == 'true' or (align == 'auto' and ctx.compiler['alignfree'] == 'true')
+
+
+def _align_free(ctx: Ctx, bodies, out: dict):
+  """Free-joint alignment: the body frame becomes the inertial frame (ipos 0, iquat identity).
+
+  Body pose <- body pose * inertial pose; the body's geoms, sites, cameras and lights are
+  re-expressed in the new frame through the inverse inertial pose; the free joint's qpos0 and
+  qpos_spring (which hold the body pose) follow.
+  """
+  parents = {b.parent for b in bodies}
+  for b in bodies[1:]:
+    i = b.id
+    if not _aligns_free(ctx, b, i in parents):
+      continue
+    ipos, iquat = out['body_ipos'][i].copy(), out['body_iquat'][i].copy()
+    quat = out['body_quat'][i]
+    out['body_pos'][i] = out['body_pos'][i] + orient.rot_vec(quat, ipos)
+    out['body_quat'][i] = orient.quat_normalize(orient.quat_mul(quat, iquat))
+    out['body_ipos'][i] = 0.0
+    out['body_iquat'][i] = (1.0, 0.0, 0.0, 0.0)
+    inv_quat = orient.quat_conj(iquat)
+    inv_pos = -orient.rot_vec(inv_quat, ipos)
+    for kind, rot_key in (('geom', 'geom_quat'), ('site', 'site_quat'), ('cam', 'cam_quat'),
+                          ('light', None)):
+      for k in np.flatnonzero(out[f'{kind}_bodyid'] == i):
+        out[f'{kind}_pos'][k] = inv_pos + orient.rot_vec(inv_quat, out[f'{kind}_pos'][k])
+        if rot_key is not None:
+          out[rot_key][k] = orient.quat_mul(inv_quat, out[rot_key][k])
+        else:
+          out['light_dir'][k] = orient.rot_vec(inv_quat, out['light_dir'][k])
+    adr = out['jnt_qposadr'][out['body_jntadr'][i]]  # free joint qpos: pos (3), quat (4)
+    for key in ('qpos0', 'qpos_spring'):
+      out[key][adr:adr + 3] = out['body_pos'][i]
+      out[key][adr + 3:adr + 7] = out['body_quat'][i]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -355,54 +355,66 @@ def _check_muscle(node, a):
 # ---------------------------------------------------------------------------------------------
 # Equality constraints.
 
+# MuJoCo's untouched eq_data: polycoef (0 1 0 0 0), zeros, torquescale 1. Elements overwrite
+# the slots their attributes map to (see _eq_connect_weld / _equality).
+EQ_DATA_DEFAULT = (0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0)
+
+
+def _eq_connect_weld(ctx, node, v, kind, data):
+  """(objtype, obj1, obj2) of a connect/weld; writes its eq_data slots in place.
+
+  Layout (the input set_const expects): data[0:3] anchor in body1 (body form), data[3:10]
+  relpose (pos, quat; weld body form), data[10] torquescale (weld). Site forms keep the
+  default data (MuJoCo's setconst zeroes a site connect's data).
+  """
+  given = node.vals
+  bodyform = any(k in given for k in ('body1', 'body2', 'anchor', 'relpose'))
+  siteform = 'site1' in given or 'site2' in given
+  if bodyform and siteform:
+    raise node.error('body and site semantics cannot be mixed',
+                     'site1' if 'site1' in given else 'site2')
+  if kind == 'connect':
+    usage = 'either both body1 and anchor must be defined, or both site1 and site2 must be defined'
+  else:
+    usage = ('either body1 must be defined and optionally {body2, anchor, relpose}, or site1 '
+             'and site2 must be defined')
+  if kind == 'weld':
+    data[10] = v['torquescale']
+  if siteform:
+    if not (v.get('site1') and v.get('site2')):
+      raise node.error(usage, 'site2' if v.get('site1') else 'site1')
+    return (OBJ['site'], ctx.lookup('site', v['site1'], node, 'site1'),
+            ctx.lookup('site', v['site2'], node, 'site2'))
+  if not v.get('body1') or (kind == 'connect' and v.get('anchor') is None):
+    raise node.error(usage, 'body1')
+  obj1 = ctx.lookup('body', v['body1'], node, 'body1')
+  obj2 = ctx.lookup('body', v['body2'], node, 'body2') if v.get('body2') else 0
+  data[0:3] = v['anchor']
+  if kind == 'weld':
+    data[3:10] = v['relpose']  # a zero quaternion asks set_const for the qpos0 relative pose
+  return OBJ['body'], obj1, obj2
+
+
 def _equality(ctx, out: dict):
   rows = []
   for node in _children(ctx, 'equality'):
     v = ctx.defaults.resolve(node, 'equality', None)
-    kind = {'connect': 'connect', 'weld': 'weld', 'joint': 'joint', 'tendon': 'tendon'}[node.tag]
-    data = np.zeros(11)
-    data[1] = 1.0
-    data[10] = 1.0
-    obj1, obj2 = -1, -1
+    kind = node.tag
+    data = np.array(EQ_DATA_DEFAULT)
     if kind in ('connect', 'weld'):
-      bodyform = bool(v.get('body1') or v.get('body2'))
-      siteform = bool(v.get('site1') or v.get('site2'))
-      if bodyform and siteform:
-        raise node.error('body and site semantics cannot be mixed', 'site1')
-      if siteform:
-        if not (v.get('site1') and v.get('site2')):
-          raise node.error('either both body1 and anchor must be defined, or both site1 and '
-                           'site2 must be defined', 'site2')
-        objtype = OBJ['site']
-        obj1 = ctx.lookup('site', v['site1'], node, 'site1')
-        obj2 = ctx.lookup('site', v['site2'], node, 'site2')
-      else:
-        if not v.get('body1') or (kind == 'connect' and v.get('anchor') is None):
-          raise node.error('either both body1 and anchor must be defined, or both site1 and '
-                           'site2 must be defined', 'body1')
-        objtype = OBJ['body']
-        obj1 = ctx.lookup('body', v['body1'], node, 'body1')
-        obj2 = ctx.lookup('body', v['body2'], node, 'body2') if v.get('body2') else 0
-      if kind == 'connect':
-        if not siteform:
-          data[0:3] = v['anchor']
-      else:
-        data[0:3] = v['anchor']
-        data[3:10] = v['relpose']
-        data[10] = v['torquescale']
-    elif kind == 'joint':
+      objtype, obj1, obj2 = _eq_connect_weld(ctx, node, v, kind, data)
+    else:  # joint or tendon coupling: polycoef in data[0:5]
       objtype = OBJ['unknown']  # MuJoCo records no object type for joint/tendon equalities
-      obj1 = ctx.lookup('joint', v['joint1'], node, 'joint1')
-      obj2 = ctx.lookup('joint', v['joint2'], node, 'joint2') if v.get('joint2') else -1
-      for j, attr in ((obj1, 'joint1'), (obj2, 'joint2')):
-        if j >= 0 and out['jnt_type'][j] not in (JNT_SLIDE, JNT_HINGE):
-          raise node.error('only HINGE and SLIDE joint allowed in constraint', attr)
+      obj1 = ctx.lookup(kind, v[kind + '1'], node, kind + '1')
+      obj2 = ctx.lookup(kind, v[kind + '2'], node, kind + '2') if v.get(kind + '2') else -1
+      if kind == 'joint':
+        for j, attr in ((obj1, 'joint1'), (obj2, 'joint2')):
+          if j >= 0 and out['jnt_type'][j] not in (JNT_SLIDE, JNT_HINGE):
+            raise node.error('only HINGE and SLIDE joint allowed in constraint', attr)
       data[0:5] = v['polycoef']
-    else:
-      objtype = OBJ['unknown']
-      obj1 = ctx.lookup('tendon', v['tendon1'], node, 'tendon1')
-      obj2 = ctx.lookup('tendon', v['tendon2'], node, 'tendon2') if v.get('tendon2') else -1
-      data[0:5] = v['polycoef']
+    if obj1 == obj2:  # body2 omitted means the world, so body1="world" alone repeats too
+      name = v.get(kind + '1') or v.get('site1') or v.get('body1')
+      raise node.error(f"element '{name}' is repeated in equality constraint {len(rows)}")
     ctx.register('equality', v.get('name'), node, len(rows))
     rows.append(dict(v=v, type=EQ[kind], obj1=obj1, obj2=obj2, objtype=objtype, data=data))
   out['neq'] = len(rows)
@@ -446,7 +458,7 @@ _SENSOR_INFO = {
     'frameyaxis': (3, AXIS, POS), 'framezaxis': (3, AXIS, POS), 'framelinvel': (3, REAL, VEL),
     'frameangvel': (3, REAL, VEL), 'framelinacc': (3, REAL, ACC), 'frameangacc': (3, REAL, ACC),
     'subtreecom': (3, REAL, POS), 'subtreelinvel': (3, REAL, VEL),
-    'subtreeangmom': (3, REAL, VEL), 'distance': (1, REAL, POS), 'normal': (3, AXIS, POS),
+    'subtreeangmom': (3, REAL, VEL), 'distance': (1, POSITIVE, POS), 'normal': (3, AXIS, POS),
     'fromto': (6, REAL, POS), 'e_potential': (1, REAL, POS), 'e_kinetic': (1, REAL, POS),
     'clock': (1, REAL, POS),
 }
@@ -470,6 +482,8 @@ def _sensor_target(ctx, node, stype, out):
     if stype in ('ballquat', 'ballangvel'):
       if jtype != JNT_BALL:
         raise node.error('joint must be ball joint in sensor', 'joint')
+    elif stype.startswith('jointlimit'):
+      pass  # any limited joint (ball joints have a cone limit)
     elif jtype not in (JNT_SLIDE, JNT_HINGE):
       raise node.error('joint must be slide or hinge in sensor', 'joint')
     if stype.startswith('jointlimit') and not out['jnt_limited'][j]:

@@ -43,6 +43,10 @@ class Body:
   lights: list = field(default_factory=list)
   inertial: Node | None = None
   depth: int = 0
+  # the body's own pos/quat attributes, before any enclosing <frame> is applied (MuJoCo copies
+  # these into ipos/iquat when nothing defines the inertial frame)
+  lpos: np.ndarray = field(default_factory=lambda: np.zeros(3))
+  lquat: np.ndarray = field(default_factory=lambda: np.array([1.0, 0, 0, 0]))
 
 
 class TreeBuilder:
@@ -103,7 +107,8 @@ class TreeBuilder:
     pos, quat = self._frame_pose(node, node.vals)
     body = Body(node, len(self.bodies), parent.id, node.vals.get('name'),
                 fpos + orient.rot_vec(fquat, pos), orient.quat_mul(fquat, quat), cc,
-                vals=dict(node.vals), depth=parent.depth + 1)
+                vals=dict(node.vals), depth=parent.depth + 1, lpos=pos,
+                lquat=orient.quat_normalize(quat))
     self.bodies.append(body)
     self._children(node, body, np.zeros(3), np.array([1.0, 0, 0, 0]), cc)
 

@@ -163,10 +163,12 @@ def apply_actuator(a: dict, node: Node, tag: str) -> dict:
     area = v.get('area', a['gainprm'][0])
     if 'diameter' in v:
       area = math.pi / 4 * v['diameter'] ** 2
-    bias = tuple(v.get('bias', ())) + tuple(a['biasprm'][len(v.get('bias', ())):3])
     a['dynprm'] = _set(a['dynprm'], 0, timeconst)
     a['gainprm'] = _set(a['gainprm'], 0, area)
-    a['biasprm'] = tuple(float(b) for b in bias) + tuple(a['biasprm'][3:])
+    if 'bias' in v:
+      # Deliberately mirrors MuJoCo 3.3.3's reader: of the three required 'bias' values only
+      # the first reaches biasprm; biasprm[1:3] keep what the class (or general) had.
+      a['biasprm'] = _set(a['biasprm'], 0, v['bias'][0])
     a.update(dyntype='filter', gaintype='fixed', biastype='affine')
   elif tag == 'muscle':
     dyn, gain = list(a['dynprm']), list(a['gainprm'])

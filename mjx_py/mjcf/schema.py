@@ -261,7 +261,7 @@ _SHORTCUTS = dict(
     intvelocity=dict(_ACT_COMMON, actrange=R(2, '0 0'), kp=R(), kv=R(), dampratio=R(),
                      inheritrange=R()),
     damper=dict({k: v for k, v in _ACT_COMMON.items() if k != 'ctrllimited'}, kv=R()),
-    cylinder=dict(_ACT_COMMON, timeconst=R(), area=R(), diameter=R(), bias=R(3, partial=True)),
+    cylinder=dict(_ACT_COMMON, timeconst=R(), area=R(), diameter=R(), bias=R(3)),
     muscle=dict({k: v for k, v in _ACT_COMMON.items() if k not in ('site', 'refsite')},
                 timeconst=R(2, partial=True), tausmooth=R(), range=R(2), force=R(), scale=R(),
                 lmin=R(), lmax=R(), vmax=R(), fpmax=R(), fvmax=R()),
