@@ -7,220 +7,8 @@ element names and the discrete options in ``Model.opt`` are static metadata: the
 algorithm choices, so they are not traced. Everything else can be batched with ``jax.vmap``
 (domain randomization) or differentiated.
 
-Field table (name, dtype: f float / i int32, shape, meaning). Shapes use MuJoCo's size names.
-
-::
-
-body_parentid            i nbody                  id of body's parent
-body_pos                 f nbodyx3                position offset rel. to parent body
-body_quat                f nbodyx4                orientation offset rel. to parent body
-body_gravcomp            f nbody                  antigravity force, units of body weight
-body_mocapid             i nbody                  id of mocap data; -1: none
-body_jntadr              i nbody                  start addr of joints; -1: no joints
-body_jntnum              i nbody                  number of joints for this body
-body_dofadr              i nbody                  start addr of dofs; -1: no dofs
-body_dofnum              i nbody                  number of motion degrees of freedom
-jnt_type                 i njnt                   type of joint (mjtJoint)
-jnt_qposadr              i njnt                   start addr in 'qpos' for joint's data
-jnt_dofadr               i njnt                   start addr in 'qvel' for joint's data
-jnt_bodyid               i njnt                   id of joint's body
-jnt_group                i njnt                   group for visibility
-jnt_limited              i njnt                   does joint have limits
-jnt_actfrclimited        i njnt                   does joint have actuator force limits
-jnt_actgravcomp          i njnt                   is gravcomp force applied via actuators
-jnt_solref               f njntx2                 constraint solver reference: limit
-jnt_solimp               f njntx5                 constraint solver impedance: limit
-jnt_pos                  f njntx3                 local anchor position
-jnt_axis                 f njntx3                 local joint axis
-jnt_stiffness            f njnt                   stiffness coefficient
-jnt_range                f njntx2                 joint limits
-jnt_actfrcrange          f njntx2                 range of total actuator force
-jnt_margin               f njnt                   min distance for limit detection
-dof_bodyid               i nv                     id of dof's body
-dof_jntid                i nv                     id of dof's joint
-dof_solref               f nvx2                   constraint solver reference:frictionloss
-dof_solimp               f nvx5                   constraint solver impedance:frictionloss
-dof_frictionloss         f nv                     dof friction loss
-dof_armature             f nv                     dof armature inertia/mass
-dof_damping              f nv                     damping coefficient
-qpos0                    f nq                     qpos values at default pose
-qpos_spring              f nq                     reference pose for springs
-dof_parentid             i nv                     id of dof's parent; -1: none
-dof_Madr                 i nv                     dof address in M-diagonal
-body_geomadr             i nbody                  start addr of geoms; -1: no geoms
-body_geomnum             i nbody                  number of geoms
-geom_type                i ngeom                  geometric type (mjtGeom)
-geom_contype             i ngeom                  geom contact type
-geom_conaffinity         i ngeom                  geom contact affinity
-geom_condim              i ngeom                  contact dimensionality (1, 3, 4, 6)
-geom_bodyid              i ngeom                  id of geom's body
-geom_dataid              i ngeom                  id of geom's mesh/hfield; -1: none
-geom_group               i ngeom                  group for visibility
-geom_priority            i ngeom                  geom contact priority
-geom_solmix              f ngeom                  mixing coef for solref/imp in geom pair
-geom_solref              f ngeomx2                constraint solver reference: contact
-geom_solimp              f ngeomx5                constraint solver impedance: contact
-geom_size                f ngeomx3                geom-specific size parameters
-geom_pos                 f ngeomx3                local position offset rel. to body
-geom_quat                f ngeomx4                local orientation offset rel. to body
-geom_friction            f ngeomx3                friction for (slide, spin, roll)
-geom_margin              f ngeom                  detect contact if dist<margin
-geom_gap                 f ngeom                  include in solver if dist<margin-gap
-geom_rgba                f ngeomx4                rgba when material is omitted
-geom_rbound              f ngeom                  radius of bounding sphere
-geom_aabb                f ngeomx6                bounding box, (center, size)
-geom_fluid               f ngeomx12               fluid interaction parameters
-site_type                i nsite                  geom type for rendering (mjtGeom)
-site_bodyid              i nsite                  id of site's body
-site_group               i nsite                  group for visibility
-site_size                f nsitex3                geom size for rendering
-site_pos                 f nsitex3                local position offset rel. to body
-site_quat                f nsitex4                local orientation offset rel. to body
-site_rgba                f nsitex4                rgba when material is omitted
-cam_mode                 i ncam                   camera tracking mode (mjtCamLight)
-cam_bodyid               i ncam                   id of camera's body
-cam_targetbodyid         i ncam                   id of targeted body; -1: none
-cam_pos                  f ncamx3                 position rel. to body frame
-cam_quat                 f ncamx4                 orientation rel. to body frame
-cam_orthographic         i ncam                   orthographic camera; 0: no, 1: yes
-cam_fovy                 f ncam                   y field-of-view (ortho ? len : deg)
-cam_ipd                  f ncam                   inter-pupilary distance
-cam_resolution           i ncamx2                 resolution: pixels [width, height]
-cam_sensorsize           f ncamx2                 sensor size: length [width, height]
-cam_intrinsic            f ncamx4                 [focal length; principal point]
-light_mode               i nlight                 light tracking mode (mjtCamLight)
-light_bodyid             i nlight                 id of light's body
-light_targetbodyid       i nlight                 id of targeted body; -1: none
-light_pos                f nlightx3               position rel. to body frame
-light_dir                f nlightx3               direction rel. to body frame
-light_type               i nlight                 type of light (mjtLightType)
-light_castshadow         i nlight                 does light cast shadows
-light_active             i nlight                 is light on
-body_mass                f nbody                  mass
-body_ipos                f nbodyx3                local position of center of mass
-body_iquat               f nbodyx4                local orientation of inertia ellipsoid
-body_inertia             f nbodyx3                diagonal inertia in ipos/iquat frame
-body_rootid              i nbody                  id of root above body
-body_weldid              i nbody                  id of body that this body is welded to
-body_treeid              i nbody                  id of body's kinematic tree; -1: static
-dof_treeid               i nv                     id of dof's kinematic tree
-body_contype             i nbody                  OR over all geom contypes
-body_conaffinity         i nbody                  OR over all geom conaffinities
-body_margin              f nbody                  MAX over all geom margins
-body_sameframe           i nbody                  same frame as inertia (mjtSameframe)
-geom_sameframe           i ngeom                  same frame as body (mjtSameframe)
-site_sameframe           i nsite                  same frame as body (mjtSameframe)
-pair_dim                 i npair                  contact dimensionality
-pair_geom1               i npair                  id of geom1
-pair_geom2               i npair                  id of geom2
-pair_signature           i npair                  body1 << 16 + body2
-pair_solref              f npairx2                solver reference: contact normal
-pair_solreffriction      f npairx2                solver reference: contact friction
-pair_solimp              f npairx5                solver impedance: contact
-pair_margin              f npair                  detect contact if dist<margin
-pair_gap                 f npair                  include in solver if dist<margin-gap
-pair_friction            f npairx5                tangent1, 2, spin, roll1, 2
-exclude_signature        i nexclude               body1 << 16 + body2
-tendon_adr               i ntendon                address of first object in tendon's path
-tendon_num               i ntendon                number of objects in tendon's path
-tendon_group             i ntendon                group for visibility
-tendon_limited           i ntendon                does tendon have length limits
-tendon_actfrclimited     i ntendon                does tendon have actuator force limits
-tendon_width             f ntendon                width for rendering
-tendon_solref_lim        f ntendonx2              constraint solver reference: limit
-tendon_solimp_lim        f ntendonx5              constraint solver impedance: limit
-tendon_solref_fri        f ntendonx2              constraint solver reference: friction
-tendon_solimp_fri        f ntendonx5              constraint solver impedance: friction
-tendon_range             f ntendonx2              tendon length limits
-tendon_actfrcrange       f ntendonx2              range of total actuator force
-tendon_margin            f ntendon                min distance for limit detection
-tendon_stiffness         f ntendon                stiffness coefficient
-tendon_damping           f ntendon                damping coefficient
-tendon_armature          f ntendon                inertia associated with tendon velocity
-tendon_frictionloss      f ntendon                loss due to friction
-tendon_lengthspring      f ntendonx2              spring resting length range
-tendon_rgba              f ntendonx4              rgba when material is omitted
-wrap_type                i nwrap                  wrap object type (mjtWrap)
-wrap_objid               i nwrap                  object id: geom, site, joint
-wrap_prm                 f nwrap                  divisor, joint coef, or site id
-actuator_trntype         i nu                     transmission type (mjtTrn)
-actuator_dyntype         i nu                     dynamics type (mjtDyn)
-actuator_gaintype        i nu                     gain type (mjtGain)
-actuator_biastype        i nu                     bias type (mjtBias)
-actuator_trnid           i nux2                   transmission id: joint, tendon, site
-actuator_actadr          i nu                     first activation address; -1: stateless
-actuator_actnum          i nu                     number of activation variables
-actuator_group           i nu                     group for visibility
-actuator_ctrllimited     i nu                     is control limited
-actuator_forcelimited    i nu                     is force limited
-actuator_actlimited      i nu                     is activation limited
-actuator_dynprm          f nux10                  dynamics parameters
-actuator_gainprm         f nux10                  gain parameters
-actuator_biasprm         f nux10                  bias parameters
-actuator_actearly        i nu                     step activation before force
-actuator_ctrlrange       f nux2                   range of controls
-actuator_forcerange      f nux2                   range of forces
-actuator_actrange        f nux2                   range of activations
-actuator_gear            f nux6                   scale length and transmitted force
-actuator_cranklength     f nu                     crank length for slider-crank
-actuator_lengthrange     f nux2                   feasible actuator length range
-eq_type                  i neq                    constraint type (mjtEq)
-eq_obj1id                i neq                    id of object 1
-eq_obj2id                i neq                    id of object 2
-eq_objtype               i neq                    type of both objects (mjtObj)
-eq_active0               i neq                    initial enable/disable constraint state
-eq_solref                f neqx2                  constraint solver reference
-eq_solimp                f neqx5                  constraint solver impedance
-eq_data                  f neqxmjNEQDATA          numeric data for constraint
-sensor_type              i nsensor                sensor type (mjtSensor)
-sensor_datatype          i nsensor                numeric data type (mjtDataType)
-sensor_objtype           i nsensor                type of sensorized object (mjtObj)
-sensor_objid             i nsensor                id of sensorized object
-sensor_reftype           i nsensor                type of reference frame (mjtObj)
-sensor_refid             i nsensor                id of reference frame; -1: global frame
-sensor_dim               i nsensor                number of scalar outputs
-sensor_adr               i nsensor                address in sensor array
-sensor_needstage         i nsensor                required compute stage (mjtStage)
-sensor_cutoff            f nsensor                cutoff for real and positive; 0: ignore
-sensor_noise             f nsensor                noise standard deviation
-sensor_plugin            i nsensor                plugin instance id; -1: not a plugin
-key_time                 f nkey                   key time
-key_qpos                 f nkeyxnq                key position
-key_qvel                 f nkeyxnv                key velocity
-key_act                  f nkeyxna                key activation
-key_ctrl                 f nkeyxnu                key control
-key_mpos                 f nkeyxnmocap*3          key mocap position
-key_mquat                f nkeyxnmocap*4          key mocap quaternion
-numeric_adr              i nnumeric               address of field in numeric_data
-numeric_size             i nnumeric               size of numeric field
-numeric_data             f nnumericdata           array of all numeric fields
-tuple_adr                i ntuple                 address of text in text_data
-tuple_size               i ntuple                 number of objects in tuple
-tuple_objtype            i ntupledata             array of object types in all tuples
-tuple_objid              i ntupledata             array of object ids in all tuples
-tuple_objprm             f ntupledata             array of object params in all tuples
-body_user                f nbodyxnuser_body       user data
-jnt_user                 f njntxnuser_jnt         user data
-geom_user                f ngeomxnuser_geom       user data
-site_user                f nsitexnuser_site       user data
-cam_user                 f ncamxnuser_cam         user data
-tendon_user              f ntendonxnuser_tendon   user data
-actuator_user            f nuxnuser_actuator      user data
-sensor_user              f nsensorxnuser_sensor   user data
-body_subtreemass         f nbody                  mass of subtree starting at this body
-dof_M0                   f nv                     diag. inertia in qpos0
-body_invweight0          f nbodyx2                mean inv inert in qpos0 (trn, rot)
-dof_invweight0           f nv                     diag. inverse inertia in qpos0
-tendon_length0           f ntendon                tendon length in qpos0
-tendon_invweight0        f ntendon                inv. weight in qpos0
-actuator_length0         f nu                     actuator length in qpos0
-actuator_acc0            f nu                     acceleration from unit force in qpos0
-cam_pos0                 f ncamx3                 global position rel. to body in qpos0
-cam_poscom0              f ncamx3                 global position rel. to sub-com in qpos0
-cam_mat0                 f ncamx9                 global orientation in qpos0
-light_pos0               f nlightx3               global position rel. to body in qpos0
-light_poscom0            f nlightx3               global position rel. to sub-com in qpos0
-light_dir0               f nlightx3               global direction in qpos0
+The field table (name, dtype: f float / i int32, shape in MuJoCo's size names, meaning)
+is appended to this docstring from ``_FIELD_TABLE`` below.
 """
 
 from __future__ import annotations
@@ -444,6 +232,9 @@ light_poscom0            f nlightx3               global position rel. to sub-co
 light_dir0               f nlightx3               global direction in qpos0
 """
 
+__doc__ += '\nField table::\n\n' + '\n'.join(
+    '  ' + line for line in _FIELD_TABLE.strip('\n').split('\n'))
+
 # (name, kind, shape string, meaning)
 FIELDS = tuple(
     (line[:25].strip(), line[25:27].strip(), line[27:50].strip(), line[50:].strip())
@@ -500,6 +291,7 @@ Statistic = _frozen_pytree(
 
 Model = _frozen_pytree(
     'Model', [f[0] for f in FIELDS] + ['opt', 'stat'], list(SIZES) + ['names'], __doc__)
+Model.__doc__ = __doc__
 
 _INT_KINDS = 'iub'
 

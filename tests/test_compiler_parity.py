@@ -25,10 +25,6 @@ MODELS = sorted(glob.glob(os.path.join(ROOT, 'models', '*.xml')) +
 NOT_IN_MJMODEL = {'names', 'text_data_list'}
 # Fields knowingly not at parity yet (with the reason); everything else must match.
 KNOWN_GAPS = {
-    'stat_meansize': 'model statistics for visualisation (meaninertia is compared)',
-    'stat_extent': 'model statistics for visualisation',
-    'stat_center': 'model statistics for visualisation',
-    'geom_fluid': 'ellipsoid added-mass quadrature differs from MuJoCo by ~0.3% (fluidshape only)',
 }
 
 
@@ -42,12 +38,6 @@ def _reference(mj, key):
 
 # Models with a field not yet at parity (strict xfail: the entry must go once it passes).
 KNOWN_MODEL_GAPS = {
-    'geoms_fromto_mass.xml': 'shellinertia formulas',
-    'inertia_fromgeom_false.xml': 'ipos of a body without inertial when inertiafromgeom=false',
-    'inertia_fromgeom_true.xml': 'freejoint align / alignfree',
-    'mocap_gravcomp.xml': 'under investigation',
-    'sensors_all.xml': 'camera fovy from sensorsize in float32',
-    'visual_cameras_lights.xml': 'camera intrinsics and <statistic> overrides',
 }
 
 

@@ -9,6 +9,8 @@ topology, then the constants MuJoCo derives by running kinematics at qpos0.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import math
 
 import numpy as np
@@ -531,28 +533,54 @@ def _semiaxes(gtype, s):
   return np.array(s[:3], float)
 
 
-def _kappa(dx, dy, dz, n=4096):
-  """Lamb's added-mass integral kappa for axis x of an ellipsoid (numerical quadrature)."""
-  # kappa = dx*dy*dz * int_0^inf dl / ((dx^2 + l)^{3/2} sqrt((dy^2+l)(dz^2+l)))
-  # substitution l = t / (1 - t), t in [0, 1)
-  t = (np.arange(n) + 0.5) / n
-  lam = t / (1 - t)
-  jac = 1 / (1 - t) ** 2
-  f = 1 / ((dx * dx + lam) ** 1.5 * np.sqrt((dy * dy + lam) * (dz * dz + lam)))
-  return dx * dy * dz * np.sum(f * jac) / n
+# 15-point Gauss-Kronrod weights and nodes for MuJoCo's added-mass integral over l in [0, inf),
+# mapped from x in [0, 1] by l = x^3 / (1 - x)^2 (nodes _KRONROD_L, Jacobian dl/dx _KRONROD_D).
+# These are MuJoCo's constants (mjCGeom::GetAddedMassKappa); geom_fluid matches only with them.
+_KRONROD_W = (0.01146766, 0.03154605, 0.05239501, 0.07032663, 0.08450236, 0.09517529,
+              0.10221647, 0.10474107, 0.10221647, 0.09517529, 0.08450236, 0.07032663,
+              0.05239501, 0.03154605, 0.01146766)
+_KRONROD_L = (7.865151709349917e-08, 1.7347976913907274e-05, 0.0003548008144506193,
+              0.002846636252924549, 0.014094260903596077, 0.053063261727396636,
+              0.17041978741317773, 0.5, 1.4036301548686991, 3.9353484827022642,
+              11.644841677041734, 39.53187807410903, 177.5711362220801, 1429.4772912937397,
+              54087.416549217705)
+_KRONROD_D = (5.538677720489877e-05, 0.002080868285293228, 0.016514126520723166,
+              0.07261900344370877, 0.23985243401862602, 0.6868318249020725,
+              1.8551129519182894, 5.0, 14.060031152313941, 43.28941239611009,
+              156.58546376397112, 747.9826085305024, 5827.4042950027115, 116754.0197944512,
+              25482945.327264845)
+
+
+def _kappa(dx, dy, dz):
+  """Lamb's added-mass coefficient for axis x of an ellipsoid with semi-axes (dx, dy, dz).
+
+  kappa = dx dy dz * int_0^inf dl / ((dx^2 + l)^{3/2} sqrt((dy^2 + l)(dz^2 + l))), by MuJoCo's
+  15-point quadrature with l scaled by (dx^3 dy dz)^(2/5) for conditioning.
+  """
+  ix, iy, iz = 1.0 / (dx * dx), 1.0 / (dy * dy), 1.0 / (dz * dz)
+  scale = (dx * dx * dx * dy * dz) ** 0.4
+  kappa = 0.0
+  for w, node, jac in zip(_KRONROD_W, _KRONROD_L, _KRONROD_D):
+    lam = scale * node
+    denom = (1 + lam * ix) * math.sqrt((1 + lam * ix) * (1 + lam * iy) * (1 + lam * iz))
+    kappa += scale * jac / denom * w
+  return kappa * ix
 
 
 def _added_mass(semi):
+  """Virtual (added) mass (3,) and inertia (3,) of the equivalent ellipsoid (MuJoCo's rule)."""
   a, b, c = semi
   kx, ky, kz = _kappa(a, b, c), _kappa(b, c, a), _kappa(c, a, b)
   vol = 4.0 / 3.0 * math.pi * a * b * c
-  mass = np.array([vol * kx / max(2 - kx, 1e-15), vol * ky / max(2 - ky, 1e-15),
-                   vol * kz / max(2 - kz, 1e-15)])
-  def ii(p, q, kp, kq):
-    num = (p * p - q * q) ** 2 * abs(kq - kp)
-    den = max(abs(2 * (p * p - q * q) + (p * p + q * q) * (kp - kq)), 1e-15)
-    return vol / 5 * num / den
-  inertia = np.array([ii(b, c, ky, kz), ii(c, a, kz, kx), ii(a, b, kx, ky)])
+  eps = 1e-14  # mjEPS clip of the denominators
+  mass = np.array([vol * kx / max(eps, 2 - kx), vol * ky / max(eps, 2 - ky),
+                   vol * kz / max(eps, 2 - kz)])
+
+  def fac(p, q, kp, kq):  # inertia factor about the axis normal to semi-axes p, q
+    return (p * p - q * q) ** 2 * abs(kq - kp) / max(
+        eps, abs(2 * (p * p - q * q) + (p * p + q * q) * (kp - kq)))
+  inertia = np.array([vol * fac(b, c, ky, kz) / 5, vol * fac(c, a, kz, kx) / 5,
+                      vol * fac(a, b, kx, ky) / 5])
   return mass, inertia
 
 
@@ -588,6 +616,7 @@ def _cameras_lights(ctx: Ctx, bodies, out: dict):
   for b in bodies:
     for node, fpos, fquat, cc in b.cams:
       v = ctx.defaults.resolve(node, 'camera', cc)
+      _check_camera_sensor(node)
       pos, quat, _ = _place(dict(v, fromto=None), node, ctx, fpos, fquat, 'camera')
       ctx.register('camera', v.get('name'), node, len(cams))
       cams.append(dict(v=v, node=node, body=b.id, pos=pos, quat=orient.quat_normalize(quat)))
@@ -617,12 +646,15 @@ def _cameras_lights(ctx: Ctx, bodies, out: dict):
   out['cam_quat'] = np.array([r['quat'] for r in cams], float).reshape(-1, 4)
   out['cam_orthographic'] = np.array([int(r['v']['orthographic'] == 'true') for r in cams],
                                      np.int32)
+  znear = _visual_value(ctx, 'map', 'znear', 0.01)
+  for r in cams:
+    r['intrinsic'] = _intrinsic(r, znear)
   out['cam_fovy'] = np.array([_fovy(r) for r in cams], float)
   out['cam_ipd'] = np.array([r['v']['ipd'] for r in cams], float)
   out['cam_resolution'] = np.array([r['v']['resolution'] for r in cams], np.int32).reshape(-1, 2)
   out['cam_sensorsize'] = np.array([r['v']['sensorsize'] for r in cams],
                                    np.float32).reshape(-1, 2)
-  out['cam_intrinsic'] = np.array([_intrinsic(r) for r in cams], np.float32).reshape(-1, 4)
+  out['cam_intrinsic'] = np.array([r['intrinsic'] for r in cams], np.float32).reshape(-1, 4)
   ctx.user_raw['cam'] = [r['v']['user'] for r in cams]
   out['nlight'] = len(lights)
   lv = lambda k: [r['v'][k] for r in lights]  # noqa: E731
@@ -639,27 +671,80 @@ def _cameras_lights(ctx: Ctx, bodies, out: dict):
   ctx.cam_rows, ctx.light_rows = cams, lights
 
 
+def _check_camera_sensor(node: Node):
+  """MuJoCo's reader rules for a camera's physical sensor attributes (on the element itself)."""
+  given = node.vals
+  if 'fovy' in given and 'sensorsize' in given:
+    raise node.error("either 'fovy' or 'sensorsize' attribute can be specified, not both",
+                     'fovy')
+  lens = [k for k in ('focal', 'focalpixel', 'principal', 'principalpixel') if k in given]
+  if lens and 'sensorsize' not in given:
+    raise node.error("required attribute missing: 'sensorsize'", lens[0])
+  if 'sensorsize' in given and 'resolution' not in given:
+    raise node.error("required attribute missing: 'resolution'", 'sensorsize')
+
+
+def _visual_value(ctx: Ctx, sub: str, attr: str, default):
+  """A <visual> attribute (the last <visual><sub attr=...> given), else MuJoCo's default."""
+  value = default
+  for vis in ctx.sections.get('visual', []):
+    for node in vis.find(sub):
+      value = node.vals.get(attr, value)
+  return value
+
+
+def _load_atan2f():
+  """The C library's single-precision atan2f, or numpy's float32 arctan2 where there is none.
+
+  MuJoCo evaluates a camera's fovy with the C library's atan2f on float32 arguments, which is
+  not always correctly rounded (glibc differs from numpy by one float32 ulp on some inputs).
+  """
+  try:
+    libm = ctypes.CDLL(ctypes.util.find_library('m') or 'libm.so.6')
+    fn = libm.atan2f
+  except (OSError, AttributeError):
+    return lambda y, x: float(np.arctan2(np.float32(y), np.float32(x)))
+  fn.restype = ctypes.c_float
+  fn.argtypes = [ctypes.c_float, ctypes.c_float]
+  return fn
+
+
+_atan2f = _load_atan2f()
+
+
 def _fovy(r):
-  """Vertical field of view in degrees; a physical sensor size implies it from the focal length."""
+  """Vertical field of view in degrees; a physical sensor size implies it from the focal length.
+
+  As MuJoCo: atan2f of the float32 half sensor height and focal length, scaled in double.
+  """
   v = r['v']
-  ss = np.array(v['sensorsize'], np.float32).astype(float)  # MuJoCo keeps these in float32
-  if ss[1] > 0:
-    focal_y = float(np.float32(_intrinsic(r)[1]))
-    return 2 * math.degrees(math.atan2(0.5 * ss[1], focal_y))
+  ss = np.array(v['sensorsize'], np.float32)
+  if ss[0] > 0 and ss[1] > 0:
+    half = ss[1] / np.float32(2)
+    return float(_atan2f(half, r['intrinsic'][1])) * 360.0 / math.pi
   return v['fovy']
 
 
-def _intrinsic(r):
-  v = r['v']
-  focal = np.array(v['focal'], float)
-  principal = np.array(v['principal'], float)
-  res = np.array(v['resolution'], float)
-  ss = np.array(v['sensorsize'], float)
-  if 'focalpixel' in r['node'].vals and res.all():
-    focal = np.array(v['focalpixel'], float) * ss / res
-  if 'principalpixel' in r['node'].vals and res.all():
-    principal = np.array(v['principalpixel'], float) * ss / res
-  return (focal[0], focal[1], principal[0], principal[1])
+def _intrinsic(r, znear: float):
+  """cam_intrinsic (focal x, y, principal x, y; float32 like MuJoCo's mjsCamera).
+
+  With a sensor size, lengths come from focal/principal, or from focalpixel/principalpixel
+  divided by the pixel density resolution / sensorsize (all float32 arithmetic); a pixel value
+  given explicitly replaces the length. Without one, the focal lengths are visual/map znear.
+  """
+  v, given = r['v'], r['node'].vals
+  f32 = np.float32
+  focal = np.array(v['focal'], f32)
+  principal = np.array(v['principal'], f32)
+  ss = np.array(v['sensorsize'], f32)
+  if not (ss[0] > 0 and ss[1] > 0):
+    return np.array([znear, znear, principal[0], principal[1]], f32)
+  density = np.array(v['resolution'], f32) / ss
+  if 'focalpixel' in given:
+    focal = np.array(v['focalpixel'], f32) / density
+  if 'principalpixel' in given:
+    principal = np.array(v['principalpixel'], f32) / density
+  return np.array([focal[0], focal[1], principal[0], principal[1]], f32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -741,8 +826,9 @@ def _explicit_inertial(ctx, node: Node):
     f = v['fullinertia']
     full = np.array([[f[0], f[3], f[4]], [f[3], f[1], f[5]], [f[4], f[5], f[2]]])
     vals, quat = orient.eig3(full)
-    if np.any(vals < 0):
-      raise node.error('fullinertia must be positive-definite', 'fullinertia')
+    if vals[2] < orient.EPS:  # smallest eigenvalue (eig3 sorts them in decreasing order)
+      raise node.error("error 'inertia must have positive eigenvalues' in fullinertia",
+                       'fullinertia')
     return m, pos, quat, vals
   diag = np.asarray(v.get('diaginertia', (0.0, 0.0, 0.0)), float)
   if np.any(diag < 0):
@@ -764,23 +850,26 @@ def _geom_mass(r):
 
 
 def _combine(parts, body):
-  if not parts:
-    return 0.0, np.zeros(3), np.array([1.0, 0, 0, 0]), np.zeros(3)
+  """Mass frame of several geoms (mjCBody::InertiaFromGeom, in its order of operations)."""
   if len(parts) == 1:
     m, p, q, d = parts[0]
     return m, np.asarray(p, float), np.asarray(q, float), np.asarray(d, float)
-  total = sum(p[0] for p in parts)
-  if total < MINVAL:
+  total, com = 0.0, [0.0, 0.0, 0.0]
+  for m, pos, _, _ in parts:
+    total += m
+    for k in range(3):
+      com[k] += m * pos[k]
+  if total < orient.EPS:
     raise body.node.error('body mass is too small, cannot compute center of mass')
-  com = sum(p[0] * np.asarray(p[1]) for p in parts) / total
-  full = np.zeros((3, 3))
+  ipos = [c / total for c in com]
+  toti = [0.0] * 6  # (xx, yy, zz, xy, xz, yz) about ipos
   for m, pos, quat, diag in parts:
-    rot = orient.quat2mat(quat)
-    full += rot @ np.diag(diag) @ rot.T
-    dp = np.asarray(pos) - com
-    full += m * (np.dot(dp, dp) * np.eye(3) - np.outer(dp, dp))
+    inert0 = orient.global_inertia(diag, quat)
+    inert1 = orient.offcenter_inertia(m, [pos[k] - ipos[k] for k in range(3)])
+    toti = [toti[j] + inert0[j] + inert1[j] for j in range(6)]
+  full = [[toti[0], toti[3], toti[4]], [toti[3], toti[1], toti[5]], [toti[4], toti[5], toti[2]]]
   vals, quat = orient.eig3(full)
-  return total, com, quat, vals
+  return total, np.array(ipos), quat, vals
 
 
 def _aligns_free(ctx: Ctx, b, has_children: bool) -> bool:
@@ -957,9 +1046,16 @@ def _user_arrays(ctx: Ctx, out: dict):
 
 def _finalize_constants(ctx: Ctx, out: dict):
   """Constants MuJoCo derives at qpos0 (mj_setConst), then springdamper."""
-  consts = setconst.set_const(_AsModel(out))
+  model = _AsModel(out)
+  consts = setconst.set_const(model)
   for k, val in consts.items():
     out[k] = val
+  out['body_simple'] = setconst.body_simple(model).astype(np.uint8)
+  out['dof_simplenum'] = _dof_simplenum(out['body_simple'], out['dof_bodyid'])
+  # <statistic> values given in the model replace the computed ones
+  for k, val in ctx.statistic.items():
+    if val is not None:
+      out[f'stat_{k}'] = np.array(val, float)
   # springdamper: stiffness and damping from (timeconst, dampratio) and the joint's invweight
   for j, sd in enumerate(ctx.springdamper):
     if sd is None:
@@ -970,6 +1066,16 @@ def _finalize_constants(ctx: Ctx, out: dict):
     tc, dr = sd
     out['jnt_stiffness'][j] = inertia / (tc * tc * dr * dr)
     out['dof_damping'][adr:adr + nd] = 2 * inertia / tc
+
+
+def _dof_simplenum(body_simple, dof_bodyid):
+  """Number of consecutive dofs from each dof on (itself included) that belong to simple bodies."""
+  num = np.zeros(len(dof_bodyid), np.int32)
+  count = 0
+  for i in range(len(dof_bodyid) - 1, -1, -1):  # backwards: each run is counted from its end
+    count = count + 1 if body_simple[dof_bodyid[i]] else 0
+    num[i] = count
+  return num
 
 
 class _AsModel:

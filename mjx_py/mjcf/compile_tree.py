@@ -114,102 +114,97 @@ class TreeBuilder:
 
 
 # ---------------------------------------------------------------------------------------------
-# Geom mass properties.
+# Geom mass properties (MuJoCo's mjCGeom::GetVolume / SetInertia). With shellinertia the mass
+# is spread over the surface: "volume" is then the surface area, and density is per area.
 
 def geom_volume_inertia(gtype: str, size, shell: bool):
   """(volume or area, diagonal inertia per unit mass) of a primitive geom in its own frame."""
+  fn = {'sphere': _sphere, 'capsule': _capsule, 'cylinder': _cylinder,
+        'ellipsoid': _ellipsoid, 'box': _box}.get(gtype)
+  if fn is None:  # plane (and unsupported types): no mass
+    return 0.0, np.zeros(3)
+  return fn(size, shell)
+
+
+def _sphere(size, shell):
   r = size[0]
-  if gtype == 'sphere':
-    if shell:
-      return 4 * math.pi * r * r, np.full(3, 2.0 / 3.0 * r * r)
-    return 4.0 / 3.0 * math.pi * r**3, np.full(3, 0.4 * r * r)
-  if gtype == 'capsule':
-    h = size[1]
-    L = 2 * h
-    if shell:
-      return _capsule_shell(r, h)
-    vol = math.pi * r * r * L + 4.0 / 3.0 * math.pi * r**3
-    # split the unit mass between the cylinder and the two hemispheres by volume
-    ms = (4.0 / 3.0 * math.pi * r**3) / vol
-    mc = 1.0 - ms
-    ixx = (mc * (3 * r * r + L * L) / 12 + ms * (0.4 * r * r + 0.375 * r * L + 0.25 * L * L))
-    izz = mc * r * r / 2 + ms * 0.4 * r * r
-    return vol, np.array([ixx, ixx, izz])
-  if gtype == 'cylinder':
-    h = size[1]
-    L = 2 * h
-    if shell:
-      return _cylinder_shell(r, h)
-    vol = math.pi * r * r * L
-    ixx = (3 * r * r + L * L) / 12
-    return vol, np.array([ixx, ixx, r * r / 2])
-  if gtype == 'ellipsoid':
-    a, b, c = size[:3]
-    if shell:
-      return _ellipsoid_shell(a, b, c)
-    vol = 4.0 / 3.0 * math.pi * a * b * c
-    return vol, np.array([(b * b + c * c) / 5, (a * a + c * c) / 5, (a * a + b * b) / 5])
-  if gtype == 'box':
-    a, b, c = size[:3]
-    if shell:
-      return _box_shell(a, b, c)
-    vol = 8 * a * b * c
-    return vol, np.array([(b * b + c * c) / 3, (a * a + c * c) / 3, (a * a + b * b) / 3])
-  return 0.0, np.zeros(3)
+  if shell:
+    return 4 * math.pi * r * r, np.full(3, 2 * r * r / 3)
+  return 4 * math.pi * r**3 / 3, np.full(3, 2 * r * r / 5)
 
 
-def _box_shell(a, b, c):
-  # six rectangular plates; per-unit-mass inertia of the hollow box
-  areas = {'x': 4 * b * c, 'y': 4 * a * c, 'z': 4 * a * b}
-  area = 2 * sum(areas.values())
-  dims = {'x': a, 'y': b, 'z': c}
-  inertia = np.zeros(3)
-  for i, ax in enumerate('xyz'):
-    total = 0.0
-    for face, fa in areas.items():
-      m = 2 * fa / area  # two faces normal to `face`
-      others = [d for d in 'xyz' if d != face]
-      if face == ax:   # plate normal to the axis: in-plane inertia
-        total += m * (dims[others[0]] ** 2 + dims[others[1]] ** 2) / 3
-      else:            # plate parallel to the axis, at distance dims[face]
-        in_plane = [d for d in others if d != ax][0]
-        total += m * (dims[in_plane] ** 2 / 3 + dims[face] ** 2)
-    inertia[i] = total
+def _capsule(size, shell):
+  """Cylinder of length h = 2 * size[1] plus two hemispheres (solid, or surfaces with shell)."""
+  r, half = size[0], size[1]
+  h = 2 * half
+  if shell:
+    a_sphere, a_cyl = 4 * math.pi * r * r, 2 * math.pi * r * h
+    area = a_sphere + a_cyl
+    m_sph = a_sphere / area  # per unit total mass
+    m_cyl = 1.0 - m_sph
+    ixx = m_cyl * (6 * r * r + h * h) / 12
+    izz = m_cyl * r * r
+    # hemispherical shells: own centre of mass r/2 from the cap base, at half + r/2 from centre
+    hs_com = r / 2
+    hs_pos = half + hs_com
+    ixx += 2 * m_sph * r * r / 3 + m_sph * (hs_pos * hs_pos - hs_com * hs_com)
+    izz += 2 * m_sph * r * r / 3
+    return area, np.array([ixx, ixx, izz])
+  vol = math.pi * (r * r * h + 4 * r**3 / 3)
+  m_sph = 4 * r / (4 * r + 3 * h)  # sphere volume / total volume
+  m_cyl = 1.0 - m_sph
+  ixx = m_cyl * (3 * r * r + h * h) / 12 + 2 * m_sph * r * r / 5 + m_sph * h * (3 * r + 2 * h) / 8
+  izz = m_cyl * r * r / 2 + 2 * m_sph * r * r / 5
+  return vol, np.array([ixx, ixx, izz])
+
+
+def _cylinder(size, shell):
+  r, half = size[0], size[1]
+  h = 2 * half
+  if shell:
+    a_disk, a_side = math.pi * r * r, 2 * math.pi * r * h
+    area = 2 * a_disk + a_side
+    m_disk = a_disk / area  # per unit total mass, each of the two caps
+    m_side = 1.0 - 2 * m_disk
+    ixx = m_side * (6 * r * r + h * h) / 12 + 2 * (m_disk * r * r / 4 + m_disk * half * half)
+    izz = m_side * r * r + 2 * (m_disk * r * r / 2)
+    return area, np.array([ixx, ixx, izz])
+  return math.pi * r * r * h, np.array([(3 * r * r + h * h) / 12] * 2 + [r * r / 2])
+
+
+def _ellipsoid_solid(a, b, c):
+  return np.array([(b * b + c * c) / 5, (a * a + c * c) / 5, (a * a + b * b) / 5])
+
+
+def _ellipsoid(size, shell):
+  a, b, c = size[:3]
+  if not shell:
+    return 4 * math.pi * a * b * c / 3, _ellipsoid_solid(a, b, c)
+  # Thomsen's approximation of the surface area
+  p = 1.6075
+  area = 4 * math.pi * (((a * b) ** p + (b * c) ** p + (c * a) ** p) / 3) ** (1 / p)
+  # inertia: the ellipsoid grown by eps on every semi-axis minus the ellipsoid itself
+  eps = 1e-6
+  vol_a = 4 * math.pi * a * b * c / 3
+  vol_b = 4 * math.pi * (a + eps) * (b + eps) * (c + eps) / 3
+  density = 1.0 / (vol_b - vol_a)  # per unit mass
+  inertia = (vol_b * density * _ellipsoid_solid(a + eps, b + eps, c + eps)
+             - vol_a * density * _ellipsoid_solid(a, b, c))
   return area, inertia
 
 
-def _sphere_cap_terms(r):
-  return 4 * math.pi * r * r
-
-
-def _capsule_shell(r, h):
-  # cylinder side (no caps) plus two hemispherical shells
-  a_cyl = 2 * math.pi * r * 2 * h
-  a_sph = 4 * math.pi * r * r
-  area = a_cyl + a_sph
-  mc, ms = a_cyl / area, a_sph / area
-  L = 2 * h
-  ixx_c = mc * (r * r / 2 + L * L / 12)
-  izz_c = mc * r * r
-  # hemispherical shells: inertia about own centre 2/3 r^2, centroid at r/2 from the base
-  ixx_s = ms * (2.0 / 3.0 * r * r + h * h + h * r)
-  izz_s = ms * 2.0 / 3.0 * r * r
-  return area, np.array([ixx_c + ixx_s, ixx_c + ixx_s, izz_c + izz_s])
-
-
-def _cylinder_shell(r, h):
-  L = 2 * h
-  a_side = 2 * math.pi * r * L
-  a_cap = math.pi * r * r
-  area = a_side + 2 * a_cap
-  ms, mcap = a_side / area, a_cap / area
-  ixx = ms * (r * r / 2 + L * L / 12) + 2 * mcap * (r * r / 4 + h * h)
-  izz = ms * r * r + 2 * mcap * r * r / 2
-  return area, np.array([ixx, ixx, izz])
-
-
-def _ellipsoid_shell(a, b, c):
-  # Knud Thomsen's approximation of the surface area; inertia of a thin shell scaled from a sphere
-  p = 1.6075
-  area = 4 * math.pi * (((a * b) ** p + (a * c) ** p + (b * c) ** p) / 3) ** (1 / p)
-  return area, np.array([(b * b + c * c) / 3, (a * a + c * c) / 3, (a * a + b * b) / 3])
+def _box(size, shell):
+  a, b, c = size[:3]
+  if not shell:
+    return 8 * a * b * c, np.array([b * b + c * c, a * a + c * c, a * a + b * b]) / 3
+  lx, ly, lz = 2 * a, 2 * b, 2 * c
+  # face pairs: normal z (area lx*ly), normal x (ly*lz), normal y (lz*lx)
+  a0, a1, a2 = lx * ly, ly * lz, lz * lx
+  area = 2 * (a0 + a1 + a2)
+  m0, m1, m2 = a0 / area, a1 / area, a2 / area  # per unit total mass, one face each
+  ix = m0 * ly * ly / 12 + m1 * (ly * ly + lz * lz) / 12 + m2 * lz * lz / 12
+  iy = m0 * lx * lx / 12 + m1 * lz * lz / 12 + m2 * (lx * lx + lz * lz) / 12
+  iz = m0 * (lx * lx + ly * ly) / 12 + m1 * ly * ly / 12 + m2 * lx * lx / 12
+  inertia = 2 * np.array([m0 * c * c + m2 * b * b + ix, m0 * c * c + m1 * a * a + iy,
+                          m1 * a * a + m2 * b * b + iz])
+  return area, inertia

@@ -6,6 +6,8 @@ zaxis and xyaxes rules) so compiled orientations compare bit-for-bit-ish with Mj
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 MINVAL = 1e-15  # mjMINVAL
@@ -168,55 +170,125 @@ def fromto_frame(fromto):
   return pos, quat, half
 
 
+# ---------------------------------------------------------------------------------------------
+# Scalar helpers with the exact operation order of MuJoCo's compiler utilities (user_util.cc).
+# Principal axes of nearly isotropic inertias depend on the last bits of these operations, so
+# body_iquat only matches MuJoCo when the arithmetic is replayed in the same order.
+
+EPS = 1e-14  # mjEPS of the compiler
+
+
+def normvec(v):
+  """mjuu_normvec: list ``v`` normalised in place unless tiny or already within EPS of 1."""
+  nrm = 0.0
+  for x in v:
+    nrm += x * x
+  if nrm < EPS:
+    return v
+  nrm = math.sqrt(nrm)
+  if abs(nrm - 1) > EPS:
+    for i in range(len(v)):
+      v[i] /= nrm
+  return v
+
+
+def quat2mat_c(q):
+  """mjuu_quat2mat: row-major 9-list."""
+  if q[0] == 1 and q[1] == 0 and q[2] == 0 and q[3] == 0:
+    return [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+  q00, q01, q02, q03 = q[0] * q[0], q[0] * q[1], q[0] * q[2], q[0] * q[3]
+  q11, q12, q13 = q[1] * q[1], q[1] * q[2], q[1] * q[3]
+  q22, q23, q33 = q[2] * q[2], q[2] * q[3], q[3] * q[3]
+  return [q00 + q11 - q22 - q33, 2 * (q12 - q03), 2 * (q13 + q02),
+          2 * (q12 + q03), q00 - q11 + q22 - q33, 2 * (q23 - q01),
+          2 * (q13 - q02), 2 * (q23 + q01), q00 - q11 - q22 + q33]
+
+
+def mulquat_c(a, b):
+  """mjuu_mulquat: normalised Hamilton product as a 4-list."""
+  return normvec([a[0] * b[0] - a[1] * b[1] - a[2] * b[2] - a[3] * b[3],
+                  a[0] * b[1] + a[1] * b[0] + a[2] * b[3] - a[3] * b[2],
+                  a[0] * b[2] - a[1] * b[3] + a[2] * b[0] + a[3] * b[1],
+                  a[0] * b[3] + a[1] * b[2] - a[2] * b[1] + a[3] * b[0]])
+
+
+def _mulmat_c(A, B):
+  """3x3 row-major product A @ B in mjuu_mulmat's order."""
+  return [A[3 * r] * B[c] + A[3 * r + 1] * B[3 + c] + A[3 * r + 2] * B[6 + c]
+          for r in range(3) for c in range(3)]
+
+
+def global_inertia(diag, quat):
+  """mjuu_globalinertia: R diag(d) R' as (xx, yy, zz, xy, xz, yz)."""
+  m = quat2mat_c(quat)
+  t = [m[0] * diag[0], m[3] * diag[0], m[6] * diag[0],
+       m[1] * diag[1], m[4] * diag[1], m[7] * diag[1],
+       m[2] * diag[2], m[5] * diag[2], m[8] * diag[2]]
+  return [m[0] * t[0] + m[1] * t[3] + m[2] * t[6],
+          m[3] * t[1] + m[4] * t[4] + m[5] * t[7],
+          m[6] * t[2] + m[7] * t[5] + m[8] * t[8],
+          m[0] * t[1] + m[1] * t[4] + m[2] * t[7],
+          m[0] * t[2] + m[1] * t[5] + m[2] * t[8],
+          m[3] * t[2] + m[4] * t[5] + m[5] * t[8]]
+
+
+def offcenter_inertia(mass, d):
+  """mjuu_offcenter: parallel-axis term of a point mass at offset d, 6-vector as above."""
+  return [mass * (d[1] * d[1] + d[2] * d[2]), mass * (d[0] * d[0] + d[2] * d[2]),
+          mass * (d[0] * d[0] + d[1] * d[1]), -mass * d[0] * d[1], -mass * d[0] * d[2],
+          -mass * d[1] * d[2]]
+
+
 def eig3(mat):
-  """Eigen-decomposition of a symmetric 3x3 matrix, MuJoCo-style (mju_eig3).
+  """Eigen-decomposition of a symmetric 3x3 matrix, replaying MuJoCo's mjuu_eig3.
 
   Cyclic Jacobi rotations accumulated as a quaternion, then eigenvalues sorted in decreasing
-  order by quarter-turn rotations of that quaternion. Following MuJoCo's choices (rather than
-  numpy's eigh) keeps body_iquat identical to MjModel even where eigenvectors are not unique.
+  order (only when they differ by more than 1e-12) by quarter-turn rotations of that
+  quaternion. Following MuJoCo's choices (rather than numpy's eigh) keeps body_iquat identical
+  to MjModel even where eigenvectors are not unique.
   Returns (eigenvalues (3,), quaternion (4,) whose rotation matrix has the eigenvectors as
   columns).
   """
-  a = np.asarray(mat, dtype=float)
+  a = [float(x) for x in np.asarray(mat, dtype=float).reshape(9)]
   eps = 1e-12
-  quat = np.array([1.0, 0.0, 0.0, 0.0])
-  eigval = np.diag(a).copy()
+  quat = [1.0, 0.0, 0.0, 0.0]
+  eigval = [a[0], a[4], a[8]]
   for _ in range(500):
-    v = quat2mat(quat)
-    d = v.T @ a @ v
-    eigval = np.array([d[0, 0], d[1, 1], d[2, 2]])
+    v = quat2mat_c(quat)
+    vt = [v[0], v[3], v[6], v[1], v[4], v[7], v[2], v[5], v[8]]
+    d = _mulmat_c(_mulmat_c(vt, a), v)
+    eigval = [d[0], d[4], d[8]]
     # largest off-diagonal entry (row, col) and the axis of the rotation that zeroes it
-    if abs(d[0, 1]) > abs(d[0, 2]) and abs(d[0, 1]) > abs(d[1, 2]):
+    if abs(d[1]) > abs(d[2]) and abs(d[1]) > abs(d[5]):
       rk, ck, rotk = 0, 1, 2
-    elif abs(d[0, 2]) > abs(d[1, 2]):
+    elif abs(d[2]) > abs(d[5]):
       rk, ck, rotk = 0, 2, 1
     else:
       rk, ck, rotk = 1, 2, 0
-    off = d[rk, ck]
+    off = d[3 * rk + ck]
     if abs(off) < eps:
       break
     # 2x2 symmetric Schur decomposition
-    tau = (d[ck, ck] - d[rk, rk]) / (2 * off)
+    tau = (d[4 * ck] - d[4 * rk]) / (2 * off)
     if tau >= 0:
-      t = 1.0 / (tau + np.sqrt(1 + tau * tau))
+      t = 1.0 / (tau + math.sqrt(1 + tau * tau))
     else:
-      t = -1.0 / (-tau + np.sqrt(1 + tau * tau))
-    c = 1.0 / np.sqrt(1 + t * t)
+      t = -1.0 / (-tau + math.sqrt(1 + tau * tau))
+    c = 1.0 / math.sqrt(1 + t * t)
     if c > 1.0 - eps:
       break
-    rot = np.zeros(4)
-    rot[rotk + 1] = -np.sqrt(0.5 - 0.5 * c) if tau >= 0 else np.sqrt(0.5 - 0.5 * c)
+    rot = [0.0, 0.0, 0.0, 0.0]
+    rot[rotk + 1] = -math.sqrt(0.5 - 0.5 * c) if tau >= 0 else math.sqrt(0.5 - 0.5 * c)
     if rotk == 1:
       rot[rotk + 1] = -rot[rotk + 1]
-    rot[0] = np.sqrt(1.0 - rot[rotk + 1] ** 2)
-    quat = quat_normalize(quat_mul(quat, quat_normalize(rot)))
-  # bubble sort in decreasing order; each swap is a quarter turn about the third axis
+    rot[0] = math.sqrt(1.0 - rot[rotk + 1] * rot[rotk + 1])
+    quat = normvec(mulquat_c(quat, normvec(rot)))
+  # bubble sort (0, 1, 0) in decreasing order; each swap is a quarter turn about the third axis
   for j in range(3):
     j1 = j % 2
-    if eigval[j1] < eigval[j1 + 1]:
+    if eigval[j1] + eps < eigval[j1 + 1]:
       eigval[j1], eigval[j1 + 1] = eigval[j1 + 1], eigval[j1]
-      rot = np.zeros(4)
-      rot[0] = 0.707106781186548
+      rot = [0.707106781186548, 0.0, 0.0, 0.0]
       rot[(j1 + 2) % 3 + 1] = rot[0]
-      quat = quat_normalize(quat_mul(quat, rot))
-  return eigval, quat
+      quat = normvec(mulquat_c(quat, rot))
+  return np.array(eigval), np.array(quat)
