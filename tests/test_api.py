@@ -128,3 +128,48 @@ def test_internal_entities_are_not_expanded():
          '<mujoco><worldbody><geom size="&r;"/></worldbody></mujoco>')
   with pytest.raises(mjx_py.MJCFError, match='entity'):
     mjx_py.from_xml_string(xml)
+
+
+LENGTHRANGE = """
+<mujoco>
+  <compiler>{lr}</compiler>
+  <worldbody>
+    <body>
+      <joint name="j" range="-40 60" limited="true"/>
+      <geom type="capsule" size="0.1" fromto="0 0 0 0 0 -0.5"/>
+    </body>
+  </worldbody>
+  <actuator><muscle joint="j" gear="-2" {attr}/></actuator>
+</mujoco>
+"""
+
+
+def test_muscle_lengthrange_by_simulation_is_a_clear_error():
+  with pytest.raises(mjx_py.MJCFError, match='lengthrange') as e:
+    mjx_py.from_xml_string(LENGTHRANGE.format(lr='', attr=''))
+  assert e.value.line == 10 and e.value.element == 'muscle'
+
+
+@pytest.mark.parametrize('lr,attr', [('', 'lengthrange="0.1 0.9"'),
+                                     ('<lengthrange uselimit="true"/>', ''),
+                                     ('<lengthrange mode="none"/>', '')])
+def test_muscle_lengthrange_without_simulation_matches_mujoco(lr, attr):
+  import mujoco
+  xml = LENGTHRANGE.format(lr=lr, attr=attr)
+  ours = mjx_py.mjcf.compile_string(xml)['actuator_lengthrange']
+  np.testing.assert_allclose(ours, mujoco.MjModel.from_xml_string(xml).actuator_lengthrange,
+                             rtol=1e-12)
+
+
+@pytest.mark.parametrize('attr', ['fusestatic', 'discardvisual'])
+def test_compiler_options_that_would_change_the_model_are_not_ignored(attr):
+  xml = f'<mujoco><compiler {attr}="true"/><worldbody/></mujoco>'
+  with pytest.raises(mjx_py.MJCFError, match=attr):
+    mjx_py.from_xml_string(xml)
+
+
+def test_unknown_material_is_an_error():
+  xml = '<mujoco><worldbody><geom size="1" material="nope"/></worldbody></mujoco>'
+  with pytest.raises(mjx_py.MJCFError, match='material') as e:
+    mjx_py.from_xml_string(xml)
+  assert e.value.attribute == 'material'

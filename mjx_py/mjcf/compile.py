@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import math
+import os
 
 import numpy as np
 
@@ -62,6 +63,11 @@ class Ctx:
     if self.compiler['coordinate'] == 'global':
       raise comp_node.error('global coordinates no longer supported', 'coordinate')
     self.autolimits = self.compiler['autolimits'] == 'true'
+    self.lengthrange = self._merged('compiler', 'lengthrange')
+    for attr in ('fusestatic', 'discardvisual'):
+      if self.compiler[attr] == 'true':  # both change the compiled model: never ignore them
+        node = [n for n in self.sections['compiler'] if n.vals.get(attr) == 'true'][-1]
+        raise node.error(f'compiler {attr}="true" is not supported yet by mjx_py', attr)
     self.defaults = Defaults()
     for d in self.sections.get('default', []):
       self.defaults.add_top(d)
@@ -99,6 +105,7 @@ def compile_model(root: Node) -> dict:
   out: dict = {}
   _options(ctx, out)
   _sizes(ctx, out)
+  _assets(ctx, out)
   bodies = TreeBuilder(ctx).build(
       [n for n in ctx.sections.get('worldbody', [])])
   _bodies(ctx, bodies, out)
@@ -114,6 +121,34 @@ def compile_model(root: Node) -> dict:
   _finalize_constants(ctx, out)
   out['names'] = {k: _names_list(v) for k, v in ctx.names.items()}
   return out
+
+
+def _assets(ctx: Ctx, out: dict):
+  """Textures and materials are visual only; their names are registered so that references
+  to them are checked and ``*_matid`` fields match MuJoCo."""
+  textures = [n for a in ctx.sections.get('asset', []) for n in a.find('texture')]
+  for i, node in enumerate(textures):
+    name = node.vals.get('name')
+    if not name and node.vals.get('file'):
+      name = os.path.splitext(os.path.basename(node.vals['file']))[0]
+    ctx.register('texture', name, node, i)
+  materials = [n for a in ctx.sections.get('asset', []) for n in a.find('material')]
+  for i, node in enumerate(materials):
+    ctx.register('material', node.vals['name'], node, i)
+    if node.vals.get('texture'):
+      if node.find('layer'):
+        raise node.error('a material with a texture attribute cannot have layer sub-elements',
+                         'texture')
+      ctx.lookup('texture', node.vals['texture'], node, 'texture')
+    for layer in node.find('layer'):
+      ctx.lookup('texture', layer.vals['texture'], layer, 'texture')
+  out['nmat'] = len(materials)
+
+
+def matid(ctx: Ctx, vals: dict, node: Node) -> int:
+  """Material id of an element, -1 without one; an unknown material is an error."""
+  name = vals.get('material')
+  return ctx.lookup('material', name, node, 'material') if name else -1
 
 
 def _names_list(table: dict) -> tuple:
@@ -462,6 +497,7 @@ def _geoms(ctx: Ctx, bodies, out: dict):
   out['geom_condim'] = np.array(g('condim'), np.int32)
   out['geom_bodyid'] = np.array([r['body'] for r in rows], np.int32)
   out['geom_dataid'] = -np.ones(ngeom, np.int32)
+  out['geom_matid'] = np.array([matid(ctx, r['v'], r['node']) for r in rows], np.int32)
   out['geom_group'] = np.array(g('group'), np.int32)
   out['geom_priority'] = np.array(g('priority'), np.int32)
   out['geom_solmix'] = np.array(g('solmix'), float)
@@ -607,6 +643,7 @@ def _sites(ctx: Ctx, bodies, out: dict):
   out['site_pos'] = np.array([r['pos'] for r in rows], float).reshape(-1, 3)
   out['site_quat'] = np.array([r['quat'] for r in rows], float).reshape(-1, 4)
   out['site_rgba'] = np.array([r['v']['rgba'] for r in rows], np.float32).reshape(-1, 4)
+  out['site_matid'] = np.array([matid(ctx, r['v'], r['node']) for r in rows], np.int32)
   ctx.user_raw['site'] = [r['v']['user'] for r in rows]
   ctx.site_rows = rows
 

@@ -41,6 +41,11 @@ def _children(ctx, section: str):
     yield from sec.children
 
 
+def matid(ctx, vals, node):
+  from .compile import matid as lookup
+  return lookup(ctx, vals, node)
+
+
 def _limited(ctx, value, rng, node, what, attr):
   from .compile import _limited as lim
   return lim(value, rng, ctx.autolimits, node, what, attr)
@@ -129,7 +134,7 @@ def _tendons(ctx, out: dict):
     if not (sl[0] == -1 and sl[1] == -1) and sl[0] > sl[1]:
       raise node.error('invalid springlength in tendon', 'springlength')
     rows.append(dict(v=v, adr=adr, num=len(wraps) - adr, limited=limited, flim=flim, range=rng,
-                     frng=frng, springlength=sl))
+                     frng=frng, springlength=sl, matid=matid(ctx, v, node)))
   out['ntendon'], out['nwrap'] = len(rows), len(wraps)
   tv = lambda k: [r['v'][k] for r in rows]  # noqa: E731
   out['tendon_adr'] = np.array([r['adr'] for r in rows], np.int32)
@@ -151,6 +156,7 @@ def _tendons(ctx, out: dict):
   out['tendon_frictionloss'] = np.array(tv('frictionloss'), float)
   out['tendon_lengthspring'] = np.array([r['springlength'] for r in rows], float).reshape(-1, 2)
   out['tendon_rgba'] = np.array(tv('rgba'), np.float32).reshape(-1, 4)
+  out['tendon_matid'] = np.array([r['matid'] for r in rows], np.int32)
   out['wrap_type'] = np.array([w[0] for w in wraps], np.int32)
   out['wrap_objid'] = np.array([w[1] for w in wraps], np.int32)
   out['wrap_prm'] = np.array([w[2] for w in wraps], float)
@@ -257,6 +263,7 @@ def _actuators(ctx, out: dict):
         raise node.error('cranklength must be positive in slidercrank transmission',
                          'cranklength')
     _inheritrange(ctx, node, a, t, trnid, out)
+    _lengthrange(ctx, node, a, t, trnid, out)
     ctrl_lim = _limited(ctx, a['ctrllimited'], a['ctrlrange'], node, 'actuator', 'ctrllimited')
     force_lim = _limited(ctx, a['forcelimited'], a['forcerange'], node, 'actuator',
                          'forcelimited')
@@ -339,6 +346,37 @@ def _inheritrange(ctx, node, a, target, trnid, out):
                      'inheritrange')
   mid, half = 0.5 * (rng[0] + rng[1]), 0.5 * x * (rng[1] - rng[0])
   a[key] = (mid - half, mid + half)
+
+
+def _lengthrange(ctx, node, a, target, trnid, out):
+  """MuJoCo's compile-time actuator length ranges (compiler/lengthrange).
+
+  Where MuJoCo would find the range by simulating the model (mj_setLengthRange) we stop with
+  a clear error rather than leave it at zero; copying joint/tendon limits (uselimit) and
+  keeping an explicit range (useexisting) are done here.
+  """
+  lr = ctx.lengthrange
+  muscle = 'muscle' in (a['gaintype'], a['biastype'])
+  user = 'user' in (a['gaintype'], a['biastype'])
+  mode = lr['mode']
+  if not (mode == 'all' or (mode == 'muscle' and muscle)
+          or (mode == 'muscleuser' and (muscle or user))):
+    return
+  if lr['useexisting'] == 'true' and a['lengthrange'][0] < a['lengthrange'][1]:
+    return
+  if lr['uselimit'] == 'true':
+    rng = None
+    if target in ('joint', 'jointinparent') and out['jnt_limited'][trnid[0]]:
+      rng = out['jnt_range'][trnid[0]]
+    elif target == 'tendon' and out['tendon_limited'][trnid[0]]:
+      rng = out['tendon_range'][trnid[0]]
+    if rng is not None:
+      # MuJoCo 3.3.3 copies the joint/tendon range as it is (gear is not applied)
+      a['lengthrange'] = (float(rng[0]), float(rng[1]))
+      return
+  raise node.error('this actuator needs a lengthrange, which MuJoCo computes by simulation; '
+                   'that is not supported yet by mjx_py: give lengthrange="lo hi" explicitly '
+                   '(or compiler <lengthrange mode="none"/>)', 'lengthrange')
 
 
 def _check_muscle(node, a):
