@@ -23,6 +23,10 @@ Shapes (MuJoCo's names and sizes); all floats in the default JAX float dtype, co
   actuator_length    (nu,)           actuator_velocity (nu,)   actuator_force (nu,)
   actuator_moment    (nu, nv)        qM (nv, nv) dense joint-space inertia
   qfrc_bias, qfrc_passive, qfrc_actuator, qfrc_smooth, qacc_smooth, qfrc_constraint  (nv,)
+  qfrc_spring, qfrc_damper, qfrc_gravcomp, qfrc_fluid  (nv,)  parts of qfrc_passive
+  subtree_linvel, subtree_angmom  (nbody, 3)
+  wrap_xpos          (2*nwrap, 3)    tendon path points; wrap_obj (2*nwrap,) int32
+  ten_wrapadr, ten_wrapnum  (ntendon,) int32: each tendon's points in wrap_xpos/wrap_obj
   energy             (2,)            potential and kinetic energy
   warning_counts     (8,)            MuJoCo's warning counters (mjtWarning order), int32
 
@@ -67,8 +71,14 @@ _SHAPES = (
     ('qfrc_actuator', lambda m: (m.nv,)), ('qfrc_smooth', lambda m: (m.nv,)),
     ('qacc_smooth', lambda m: (m.nv,)), ('qfrc_constraint', lambda m: (m.nv,)),
     ('energy', lambda m: (2,)),
+    ('wrap_xpos', lambda m: (2 * m.nwrap, 3)),
+    ('qfrc_spring', lambda m: (m.nv,)), ('qfrc_damper', lambda m: (m.nv,)),
+    ('qfrc_gravcomp', lambda m: (m.nv,)), ('qfrc_fluid', lambda m: (m.nv,)),
+    ('subtree_linvel', lambda m: (m.nbody, 3)), ('subtree_angmom', lambda m: (m.nbody, 3)),
 )
-_INT_FIELDS = {'eq_active': lambda m: (m.neq,), 'warning_counts': lambda m: (NWARNING,)}
+_INT_FIELDS = {'eq_active': lambda m: (m.neq,), 'warning_counts': lambda m: (NWARNING,),
+               'wrap_obj': lambda m: (2 * m.nwrap,), 'ten_wrapadr': lambda m: (m.ntendon,),
+               'ten_wrapnum': lambda m: (m.ntendon,)}
 
 _FIELD_NAMES = [n for n, _ in _SHAPES] + list(_INT_FIELDS)
 Data = dataclasses.make_dataclass('Data', [(n, object) for n in _FIELD_NAMES], frozen=True,

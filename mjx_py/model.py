@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import tree
+
 _FIELD_TABLE = """
 body_parentid            i nbody                  id of body's parent
 body_pos                 f nbodyx3                position offset rel. to parent body
@@ -55,6 +57,7 @@ dof_damping              f nv                     damping coefficient
 qpos0                    f nq                     qpos values at default pose
 qpos_spring              f nq                     reference pose for springs
 dof_parentid             i nv                     id of dof's parent; -1: none
+dof_simplenum            i nv                     number of consecutive simple dofs
 dof_Madr                 i nv                     dof address in M-diagonal
 body_geomadr             i nbody                  start addr of geoms; -1: no geoms
 body_geomnum             i nbody                  number of geoms
@@ -116,6 +119,7 @@ dof_treeid               i nv                     id of dof's kinematic tree
 body_contype             i nbody                  OR over all geom contypes
 body_conaffinity         i nbody                  OR over all geom conaffinities
 body_margin              f nbody                  MAX over all geom margins
+body_simple              i nbody                  1: diag M; 2: diag M, sliders only
 body_sameframe           i nbody                  same frame as inertia (mjtSameframe)
 geom_sameframe           i ngeom                  same frame as body (mjtSameframe)
 site_sameframe           i nsite                  same frame as body (mjtSameframe)
@@ -289,8 +293,16 @@ Statistic = _frozen_pytree(
     """Model statistics at qpos0 (mjStatistic): meaninertia, meanmass, meansize, extent
     (scalars) and center (3,).""")
 
+# Engine-only index tables (not MuJoCo fields), built on the host by tree.tree_indices.
+ENGINE_FIELDS = ('body_levels', 'body_jnts', 'dof_ancestor')
+__doc__ += '''
+Engine-only int32 index tables (see mjx_py.tree): body_levels (ndepth, width) body ids by
+depth; body_jnts (nbody, maxjnt) joint ids per body; dof_ancestor (nv, nv) ancestor mask.
+'''
+
 Model = _frozen_pytree(
-    'Model', [f[0] for f in FIELDS] + ['opt', 'stat'], list(SIZES) + ['names'], __doc__)
+    'Model', [f[0] for f in FIELDS] + list(ENGINE_FIELDS) + ['opt', 'stat'],
+    list(SIZES) + ['names'], __doc__)
 Model.__doc__ = __doc__
 
 _INT_KINDS = 'iub'
@@ -310,6 +322,7 @@ def put_model(arrays: dict) -> Model:
   JAX float dtype, integer fields int32.
   """
   kwargs = {name: _leaf(arrays[name], kind) for name, kind, _, _ in FIELDS}
+  kwargs.update({k: _leaf(v, 'i') for k, v in tree.tree_indices(arrays).items()})
   kwargs.update({n: int(arrays[n]) for n in SIZES})
   opt = {}
   for name, static in OPTION_FIELDS:

@@ -1,0 +1,100 @@
+"""The one tree recursion: a ``lax.scan`` over depth levels with ``vmap`` inside each level.
+
+Bodies at the same depth do not depend on each other, so a forward pass (parent -> child, e.g.
+kinematics) processes one depth level per scan step, all bodies of the level at once, and a
+backward pass (child -> parent, e.g. subtree sums) processes the levels deepest first. The
+scan body is traced once, so compile time does not grow with the depth of the tree, and the
+serial work is the depth, not the number of bodies.
+
+The level table is built on the host when the Model is made (``tree_indices``) and stored in
+the Model as int32 leaves:
+
+  body_levels   (ndepth, width)  body ids at depth 1, 2, ...; padded with nbody (a sentinel
+                                 that gathers clamp and scatters drop)
+  body_jnts     (nbody, maxjnt)  joint ids of each body in order, padded with -1
+  dof_ancestor  (nv, nv)         1 where dof j is dof i or one of its ancestors (the sparsity
+                                 pattern of the joint-space inertia matrix)
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def tree_indices(arrays: dict) -> dict:
+  """Host-side (numpy) index tables for the tree passes, from the compiler's arrays."""
+  nbody = int(arrays['nbody'])
+  parent = np.asarray(arrays['body_parentid'])
+  depth = np.zeros(nbody, np.int64)
+  for i in range(1, nbody):  # parents come before children
+    depth[i] = depth[parent[i]] + 1
+  ndepth = int(depth.max()) if nbody > 1 else 0
+  width = max((int(np.sum(depth == d)) for d in range(1, ndepth + 1)), default=0)
+  levels = np.full((max(ndepth, 1), max(width, 1)), nbody, np.int32)
+  for d in range(1, ndepth + 1):
+    ids = np.nonzero(depth == d)[0]
+    levels[d - 1, :len(ids)] = ids
+  jntnum = np.asarray(arrays['body_jntnum'])
+  jntadr = np.asarray(arrays['body_jntadr'])
+  maxjnt = max(int(jntnum.max()) if nbody else 0, 1)
+  jnts = np.full((nbody, maxjnt), -1, np.int32)
+  for b in range(nbody):
+    jnts[b, :jntnum[b]] = jntadr[b] + np.arange(jntnum[b])
+  nv = int(arrays['nv'])
+  dof_parent = np.asarray(arrays['dof_parentid'])
+  ancestor = np.zeros((nv, nv), np.int32)
+  for i in range(nv):
+    j = i
+    while j >= 0:
+      ancestor[i, j] = 1
+      j = dof_parent[j]
+  return {'body_levels': levels, 'body_jnts': jnts, 'dof_ancestor': ancestor}
+
+
+def _gather(tree, ids):
+  return jax.tree_util.tree_map(lambda x: x[ids], tree)
+
+
+def forward(m, fn, init, inputs):
+  """Parent-to-child pass: ``out[i] = fn(out[parent[i]], inputs[i])`` for every body i > 0.
+
+  init: pytree of per-body arrays (leading axis nbody); row 0 (the world) is kept as given,
+    the other rows are overwritten.
+  inputs: pytree of per-body arrays (leading axis nbody) handed to ``fn`` for body i.
+  fn: maps (parent values, inputs) of ONE body to its values (same structure as ``init``).
+  """
+  nbody = m.nbody
+
+  def level(carry, ids):
+    safe = jnp.minimum(ids, nbody - 1)
+    parent_vals = _gather(carry, m.body_parentid[safe])
+    new = jax.vmap(fn)(parent_vals, _gather(inputs, safe))
+    carry = jax.tree_util.tree_map(lambda c, n: c.at[ids].set(n, mode='drop'), carry, new)
+    return carry, None
+
+  if nbody == 1:
+    return init
+  out, _ = jax.lax.scan(level, init, m.body_levels)
+  return out
+
+
+def subtree_sum(m, values):
+  """Child-to-parent pass: each body's value plus those of all its descendants.
+
+  values: array (nbody, ...). Returns an array of the same shape.
+  """
+  nbody = m.nbody
+
+  def level(acc, ids):
+    valid = ids < nbody
+    safe = jnp.minimum(ids, nbody - 1)
+    mask = valid.reshape(valid.shape + (1,) * (acc.ndim - 1))
+    contrib = jnp.where(mask, acc[safe], 0.0)
+    return acc.at[m.body_parentid[safe]].add(contrib), None
+
+  if nbody == 1:
+    return values
+  out, _ = jax.lax.scan(level, values, m.body_levels[::-1])
+  return out
