@@ -294,10 +294,11 @@ Statistic = _frozen_pytree(
     (scalars) and center (3,).""")
 
 # Engine-only index tables (not MuJoCo fields), built on the host by tree.tree_indices.
-ENGINE_FIELDS = ('body_levels', 'body_jnts', 'dof_ancestor')
+ENGINE_FIELDS = ('body_levels', 'body_jnts', 'dof_ancestor', 'body_dofmask')
 __doc__ += '''
 Engine-only int32 index tables (see mjx_py.tree): body_levels (ndepth, width) body ids by
-depth; body_jnts (nbody, maxjnt) joint ids per body; dof_ancestor (nv, nv) ancestor mask.
+depth; body_jnts (nbody, maxjnt) joint ids per body; dof_ancestor (nv, nv) ancestor mask;
+body_dofmask (nbody, nv) dofs that move each body.
 '''
 
 Model = _frozen_pytree(

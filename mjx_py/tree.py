@@ -14,6 +14,7 @@ the Model as int32 leaves:
   body_jnts     (nbody, maxjnt)  joint ids of each body in order, padded with -1
   dof_ancestor  (nv, nv)         1 where dof j is dof i or one of its ancestors (the sparsity
                                  pattern of the joint-space inertia matrix)
+  body_dofmask  (nbody, nv)      1 where the dof moves the body (its own or an ancestor's)
 """
 
 from __future__ import annotations
@@ -50,7 +51,18 @@ def tree_indices(arrays: dict) -> dict:
     while j >= 0:
       ancestor[i, j] = 1
       j = dof_parent[j]
-  return {'body_levels': levels, 'body_jnts': jnts, 'dof_ancestor': ancestor}
+  # dofs that move each body: its own and those of its ancestors
+  dof_body = np.asarray(arrays['dof_bodyid'])
+  dofmask = np.zeros((nbody, nv), np.int32)
+  for b in range(nbody):
+    chain = set()
+    i = b
+    while i > 0:
+      chain.add(i)
+      i = parent[i]
+    dofmask[b] = [int(x in chain) for x in dof_body]
+  return {'body_levels': levels, 'body_jnts': jnts, 'dof_ancestor': ancestor,
+          'body_dofmask': dofmask}
 
 
 def _gather(tree, ids):

@@ -77,3 +77,27 @@ def test_position_stage_matches_mujoco(path):
       mujoco.mj_fullM(mj, full, md.qM)
       np.testing.assert_allclose(np.asarray(d.qM), full, rtol=1e-10, atol=1e-12,
                                  err_msg='qM')
+
+
+@pytest.mark.parametrize('name', ['humanoid.xml', 'arm7.xml', 'ant.xml'])
+def test_jacobians_match_mujoco(name):
+  from mjx_py import support
+  path = os.path.join(ROOT, 'models', name)
+  rng = np.random.default_rng(1)
+  mj = mujoco.MjModel.from_xml_path(path)
+  md = mujoco.MjData(mj)
+  with jax.enable_x64(True):
+    m = mjx_py.from_xml_path(path)
+    qpos, _, _ = random_state(mj, rng)
+    md.qpos[:] = qpos
+    mujoco.mj_forward(mj, md)
+    d = mjx_py.make_data(m)
+    d = jax.jit(_position)(m, d.__class__(**{**vars(d), 'qpos': qpos}))
+    jacfn = jax.jit(lambda d, p, b: support.jac(m, d, p, b), static_argnums=())
+    for body in range(1, mj.nbody):
+      point = md.xipos[body] + rng.standard_normal(3) * 0.1
+      jp, jr = np.zeros((3, mj.nv)), np.zeros((3, mj.nv))
+      mujoco.mj_jac(mj, md, jp, jr, point, body)
+      gp, gr = jacfn(d, point, body)
+      np.testing.assert_allclose(np.asarray(gp), jp, rtol=1e-10, atol=1e-12)
+      np.testing.assert_allclose(np.asarray(gr), jr, rtol=1e-10, atol=1e-12)
