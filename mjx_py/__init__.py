@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import mjcf
 from .data import Data, make_data, reset_data
-from .errors import MJCFError
+from .errors import MJCFError, NotSupportedError
 from .model import Model, Option, Statistic, name2id, put_model
 
 
@@ -25,5 +25,5 @@ def from_xml_path(path, assets: dict | None = None) -> Model:
   return put_model(mjcf.compile_file(path, assets))
 
 
-__all__ = ['MJCFError', 'Model', 'Option', 'Statistic', 'Data', 'from_xml_string',
-           'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id']
+__all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
+           'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id']

@@ -33,3 +33,11 @@ class MJCFError(ValueError):
       parts.append(f"attribute '{self.attribute}'")
     what = ' '.join(parts)
     return f'{where}: {what}: {self.message}' if what else f'{where}: {self.message}'
+
+
+class NotSupportedError(ValueError):
+  """A model feature that the simulation pipeline does not implement yet.
+
+  Raised when a stage is built (at trace time), never silently skipped: the message names the
+  feature and how to switch it off in the model.
+  """

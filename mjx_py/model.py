@@ -249,6 +249,9 @@ SIZES = ('nq', 'nv', 'nu', 'na', 'nbody', 'njnt', 'ngeom', 'nsite', 'ncam', 'nli
          'nnumeric', 'ntuple', 'ntext', 'ntree', 'ngravcomp', 'nM', 'nuser_body', 'nuser_jnt',
          'nuser_geom', 'nuser_site', 'nuser_cam', 'nuser_tendon', 'nuser_actuator',
          'nuser_sensor')
+# Engine-only static counts (host-computed, see constraint_counts): which constraint kinds
+# the model can produce. They let stages that are not implemented yet refuse loudly.
+COUNT_SIZES = ('nlimit', 'nfriction', 'ncandidate')
 
 # Option: (name, static?) -- discrete settings are static, real-valued ones are traced leaves.
 OPTION_FIELDS = (
@@ -303,7 +306,7 @@ body_dofmask (nbody, nv) dofs that move each body.
 
 Model = _frozen_pytree(
     'Model', [f[0] for f in FIELDS] + list(ENGINE_FIELDS) + ['opt', 'stat'],
-    list(SIZES) + ['names'], __doc__)
+    list(SIZES) + list(COUNT_SIZES) + ['names'], __doc__)
 Model.__doc__ = __doc__
 
 _INT_KINDS = 'iub'
@@ -332,6 +335,7 @@ def put_model(arrays: dict) -> Model:
   kwargs['opt'] = Option(**opt)
   kwargs['stat'] = Statistic(**{n: _leaf(arrays[f'stat_{n}'], 'f') for n in STAT_FIELDS})
   kwargs['names'] = tuple(sorted((k, tuple(v)) for k, v in arrays['names'].items()))
+  kwargs.update(constraint_counts(arrays))
   return Model(**kwargs)
 
 
@@ -342,3 +346,40 @@ def name2id(m: Model, objtype: str, name: str) -> int:
     if kind == objtype:
       return names.index(name) if name in names else -1
   return -1
+
+
+def constraint_counts(arrays: dict) -> dict:
+  """Host-side counts of the constraints a model can produce (before disable flags).
+
+  nlimit: limited joints and tendons; nfriction: dofs and tendons with frictionloss;
+  ncandidate: geom pairs that can collide (explicit pairs, plus dynamic pairs that pass
+  MuJoCo's filters: contype/conaffinity masks, same weld group, both static, parent-child
+  filtering unless disabled, and excluded body pairs).
+  """
+  nlimit = int(np.sum(arrays['jnt_limited'])) + int(np.sum(arrays['tendon_limited']))
+  nfriction = int(np.sum(np.asarray(arrays['dof_frictionloss']) > 0)) + int(
+      np.sum(np.asarray(arrays['tendon_frictionloss']) > 0))
+  parent = np.asarray(arrays['body_parentid'])
+  weld = np.asarray(arrays['body_weldid'])
+  body = np.asarray(arrays['geom_bodyid'])
+  contype = np.asarray(arrays['geom_contype'])
+  conaff = np.asarray(arrays['geom_conaffinity'])
+  excluded = set(int(x) for x in np.asarray(arrays['exclude_signature']))
+  filterparent = not (int(arrays['opt_disableflags']) & (1 << 9))
+  ncandidate = int(arrays['npair'])
+  for g1 in range(len(body)):
+    for g2 in range(g1 + 1, len(body)):
+      b1, b2 = body[g1], body[g2]
+      w1, w2 = weld[b1], weld[b2]
+      if w1 == w2 or (w1 == 0 and w2 == 0):
+        continue
+      if not ((contype[g1] & conaff[g2]) or (contype[g2] & conaff[g1])):
+        continue
+      if filterparent:
+        p1, p2 = weld[parent[w1]], weld[parent[w2]]
+        if (p1 == w2 and w2 != 0) or (p2 == w1 and w1 != 0):
+          continue
+      if (int(min(b1, b2)) << 16) + int(max(b1, b2)) in excluded:
+        continue
+      ncandidate += 1
+  return {'nlimit': nlimit, 'nfriction': nfriction, 'ncandidate': ncandidate}
