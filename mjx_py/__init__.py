@@ -5,6 +5,7 @@ Public API (MuJoCo's names)::
   m = mjx_py.from_xml_path("models/humanoid.xml")   # or from_xml_string(xml, assets=None)
   d = mjx_py.make_data(m)                            # reset state at qpos0
   d = mjx_py.reset_data(m, key=0)                    # state stored in keyframe 0
+  d = mjx_py.step(m, d)                              # mj_step (also mjx_py.forward)
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from . import mjcf
 from .data import Data, make_data, reset_data
 from .errors import MJCFError, NotSupportedError
+from .forward import forward, step
 from .model import Model, Option, Statistic, name2id, put_model
 
 
@@ -26,4 +28,5 @@ def from_xml_path(path, assets: dict | None = None) -> Model:
 
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
-           'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id']
+           'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
+           'forward', 'step']

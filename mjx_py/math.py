@@ -77,10 +77,18 @@ def axis_angle_to_quat(axis, angle):
 
 
 def quat_integrate(q, omega, dt):
-  """q * exp(omega * dt / 2): integrates a body-frame angular velocity (mju_quatIntegrate)."""
-  angle = safe_norm(omega) * dt
-  axis = normalize(omega)
-  return quat_normalize(quat_mul(q, axis_angle_to_quat(axis, angle)))
+  """q * exp(omega * dt / 2): integrates a body-frame angular velocity (mju_quatIntegrate).
+
+  exp is written as (cos(a/2), sin(a/2)/a * omega dt) with a = |omega| dt, using the series
+  of sin(x)/x near 0, so the gradient with respect to omega is exact at omega = 0.
+  """
+  v = omega * dt
+  sq = jnp.sum(v * v, axis=-1, keepdims=True)
+  small = sq < 1e-8
+  a = jnp.sqrt(jnp.where(small, 1.0, sq))
+  sinc = jnp.where(small, 0.5 - sq / 48.0, jnp.sin(0.5 * a) / jnp.where(small, 1.0, a))
+  cos = jnp.where(small, 1.0 - sq / 8.0, jnp.cos(0.5 * a))
+  return quat_normalize(quat_mul(q, jnp.concatenate([cos, sinc * v], axis=-1)))
 
 
 def cross(a, b):

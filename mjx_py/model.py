@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import tree
+from . import tendon, tree
 
 _FIELD_TABLE = """
 body_parentid            i nbody                  id of body's parent
@@ -251,7 +251,9 @@ SIZES = ('nq', 'nv', 'nu', 'na', 'nbody', 'njnt', 'ngeom', 'nsite', 'ncam', 'nli
          'nuser_sensor')
 # Engine-only static counts (host-computed, see constraint_counts): which constraint kinds
 # the model can produce. They let stages that are not implemented yet refuse loudly.
-COUNT_SIZES = ('nlimit', 'nfriction', 'ncandidate')
+# has_fluid (static): option density or viscosity is positive, so fluid forces are built at
+# all; to randomize density/viscosity under vmap, start from a model where one is positive.
+COUNT_SIZES = ('nlimit', 'nfriction', 'ncandidate', 'has_fluid')
 
 # Option: (name, static?) -- discrete settings are static, real-valued ones are traced leaves.
 OPTION_FIELDS = (
@@ -296,12 +298,17 @@ Statistic = _frozen_pytree(
     """Model statistics at qpos0 (mjStatistic): meaninertia, meanmass, meansize, extent
     (scalars) and center (3,).""")
 
-# Engine-only index tables (not MuJoCo fields), built on the host by tree.tree_indices.
-ENGINE_FIELDS = ('body_levels', 'body_jnts', 'dof_ancestor', 'body_dofmask')
+# Engine-only index tables (not MuJoCo fields), built on the host by tree.tree_indices and
+# tendon.path_indices.
+ENGINE_FIELDS = ('body_levels', 'body_jnts', 'dof_ancestor', 'body_dofmask', 'wrap_tendonid',
+                 'tendon_seg', 'tendon_wrapseg', 'tendon_slot')
 __doc__ += '''
 Engine-only int32 index tables (see mjx_py.tree): body_levels (ndepth, width) body ids by
 depth; body_jnts (nbody, maxjnt) joint ids per body; dof_ancestor (nv, nv) ancestor mask;
-body_dofmask (nbody, nv) dofs that move each body.
+body_dofmask (nbody, nv) dofs that move each body. Tendon paths (see mjx_py.tendon):
+wrap_tendonid (nwrap,) tendon of each wrap object; tendon_seg (nseg, 5) spatial-tendon
+segments; tendon_wrapseg (nwseg,) segments that wrap a geom; tendon_slot (nslot, 3) the points
+each path can write to wrap_xpos.
 '''
 
 Model = _frozen_pytree(
@@ -327,6 +334,7 @@ def put_model(arrays: dict) -> Model:
   """
   kwargs = {name: _leaf(arrays[name], kind) for name, kind, _, _ in FIELDS}
   kwargs.update({k: _leaf(v, 'i') for k, v in tree.tree_indices(arrays).items()})
+  kwargs.update({k: _leaf(v, 'i') for k, v in tendon.path_indices(arrays).items()})
   kwargs.update({n: int(arrays[n]) for n in SIZES})
   opt = {}
   for name, static in OPTION_FIELDS:
@@ -382,4 +390,6 @@ def constraint_counts(arrays: dict) -> dict:
       if (int(min(b1, b2)) << 16) + int(max(b1, b2)) in excluded:
         continue
       ncandidate += 1
-  return {'nlimit': nlimit, 'nfriction': nfriction, 'ncandidate': ncandidate}
+  has_fluid = int(float(arrays['opt_density']) > 0 or float(arrays['opt_viscosity']) > 0)
+  return {'nlimit': nlimit, 'nfriction': nfriction, 'ncandidate': ncandidate,
+          'has_fluid': has_fluid}

@@ -25,20 +25,27 @@ def _peak_rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def disable_constraints(xml: str) -> str:
+  """The model with <flag constraint="disable"/> appended (the last <option> wins)."""
+  return re.sub(r'</mujoco>\s*$', '<option><flag constraint="disable"/></option></mujoco>', xml)
+
+
+def device_name() -> str:
+  dev = jax.devices()[0]
+  return f'{dev.platform} ({len(jax.devices())} device(s))'
+
+
 def _prepare_xml(path: str, smooth: bool) -> str:
   with open(path) as f:
     xml = f.read()
-  if smooth:
-    xml = re.sub(r'</mujoco>\s*$', '<option><flag constraint="disable"/></option></mujoco>',
-                 xml)
-  return xml
+  return disable_constraints(xml) if smooth else xml
 
 
-def _time_ours(xml: str, batch: int, nstep: int, seed: int = 0):
+def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = ''):
   """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps."""
   import mjx_py
-  from mjx_py import forward
-  m = mjx_py.from_xml_string(xml, assets=None)
+  from mjx_py import forward, mjcf
+  m = mjx_py.put_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')))
   d0 = mjx_py.make_data(m)
   lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
   limited = np.asarray(m.actuator_ctrllimited) > 0
@@ -130,7 +137,7 @@ def main(argv=None) -> int:
               f" {'MJX compile':>11}"
   print(header)
   for batch in args.batch:
-    c, sps = _time_ours(xml, batch, args.nstep)
+    c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model))
     row = f'{batch:>6} {sps:>14,.0f} {c:>10.2f}'
     if args.compare:
       c1 = _time_mujoco(xml, batch, args.nstep, 1)

@@ -118,9 +118,10 @@ def test_missing_file_is_mjcf_error(tmp_path):
 
 def test_main_job_prints_summary(capsys):
   from mjx_py.__main__ import main
-  assert main([HUMANOID, '--repeat', '1']) == 0
+  cartpole = os.path.join(ROOT, 'models', 'cartpole.xml')
+  assert main([cartpole, '--repeat', '1', '--batch', '2', '--nstep', '5']) == 0
   out = capsys.readouterr().out
-  assert 'nq=' in out and 'compile' in out
+  assert 'nq=' in out and 'compile' in out and 'steps/s' in out
 
 
 def test_internal_entities_are_not_expanded():

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import mjx_py
-from mjx_py import inertia, kinematics
+from mjx_py import inertia, kinematics, tendon
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = sorted(glob.glob(os.path.join(ROOT, 'models', '*.xml')) +
@@ -44,11 +44,13 @@ def _position(m, d):
   d = kinematics.kinematics(m, d)
   d = inertia.com_pos(m, d)
   d = kinematics.camlight(m, d)
-  return inertia.crb(m, d)
+  d = tendon.tendon(m, d)
+  d = inertia.crb(m, d)
+  return tendon.tendon_armature(m, d)
 
 
 # strict xfail: the entry must go when the gap closes
-KNOWN_GAPS = {'tendons_spatial.xml': 'tendon armature in qM lands with tendon.py'}
+KNOWN_GAPS = {}
 PARAMS = [pytest.param(p, id=os.path.relpath(p, ROOT), marks=[pytest.mark.xfail(
     reason=KNOWN_GAPS[os.path.basename(p)], strict=True)] if os.path.basename(p) in KNOWN_GAPS
     else []) for p in MODELS]

@@ -299,6 +299,8 @@ def _joints(ctx: Ctx, bodies, out: dict):
       actrng = np.asarray(v['actuatorfrcrange'], float)
       actlim = _limited(v['actuatorfrclimited'], actrng, ctx.autolimits, node, 'joint',
                         'actuatorfrclimited')
+      if jtype in ('free', 'ball'):  # only scalar joints have actuator force limits
+        actlim = False
       if actlim and actrng[0] >= actrng[1]:
         raise node.error('actfrcrange[0] should be smaller than actfrcrange[1]',
                          'actuatorfrcrange')

@@ -1,0 +1,119 @@
+"""forward() and step(): MuJoCo's pipeline in MuJoCo's order, as an outline.
+
+forward(m, d) -> d   (mj_forward)
+  position: kinematics, com_pos, camlight, tendon, crb, tendon_armature, transmission
+  velocity: tendon/actuator velocity, com_vel, passive, rne
+  actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (not implemented yet)
+step(m, d) -> d      (mj_step) forward, then the integrator chosen by m.opt.integrator.
+
+Constraints (contacts, limits, friction loss, equality) come with the constraint-solver
+issue. Until then a model that can produce constraint rows, with the constraint solver
+enabled, is refused with NotSupportedError when the pipeline is traced: it never silently
+runs without them. Disable them in the model with <option><flag constraint="disable"/>.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from . import (
+  actuation,
+  inertia,
+  integrate,
+  kinematics,
+  passive,
+  support,
+  tendon,
+  transmission,
+  velocity,
+)
+from .errors import NotSupportedError
+
+DSBL_CONSTRAINT, DSBL_EQUALITY, DSBL_FRICTIONLOSS, DSBL_LIMIT, DSBL_CONTACT = 1, 2, 4, 8, 16
+EULER, RK4, IMPLICIT, IMPLICITFAST = 0, 1, 2, 3
+
+
+def _check_constraints(m):
+  """Refuses models whose constraints would be needed (static check at trace time)."""
+  flags = m.opt.disableflags
+  if flags & DSBL_CONSTRAINT:
+    return
+  active = []
+  if m.ncandidate and not flags & DSBL_CONTACT:
+    active.append(f'{m.ncandidate} collision pairs (contacts)')
+  if m.nlimit and not flags & DSBL_LIMIT:
+    active.append(f'{m.nlimit} joint/tendon limits')
+  if m.neq and not flags & DSBL_EQUALITY:
+    active.append(f'{m.neq} equality constraints')
+  if m.nfriction and not flags & DSBL_FRICTIONLOSS:
+    active.append(f'{m.nfriction} friction-loss dofs/tendons')
+  if active:
+    raise NotSupportedError(
+        'the constraint solver is not implemented yet, and this model has '
+        + ', '.join(active) + '; disable them with <option><flag constraint="disable"/>'
+        '</option> (or the contact/limit/equality/frictionloss flags)')
+
+
+def fwd_position(m, d):
+  d = kinematics.kinematics(m, d)
+  d = inertia.com_pos(m, d)
+  d = kinematics.camlight(m, d)
+  d = tendon.tendon(m, d)
+  d = inertia.crb(m, d)
+  d = tendon.tendon_armature(m, d)
+  return transmission.transmission(m, d)
+
+
+def fwd_velocity(m, d):
+  d = velocity.tendon_actuator_velocity(m, d)
+  d = velocity.com_vel(m, d)
+  d = passive.passive(m, d)
+  return velocity.rne(m, d)
+
+
+def fwd_acceleration(m, d):
+  """qfrc_smooth = passive - bias + applied + actuator + J^T xfrc_applied; qacc_smooth.
+
+  reads  qfrc_passive, qfrc_bias, qfrc_applied, qfrc_actuator, xfrc_applied, xipos, qM
+  writes qfrc_smooth (nv,), qacc_smooth (nv,)
+  """
+  qfrc = d.qfrc_passive - d.qfrc_bias + d.qfrc_applied + d.qfrc_actuator
+  if m.nbody > 1 and m.nv:
+    # Cartesian forces act at each body's centre of mass, in the world frame
+    xfrc = jax.vmap(lambda f, p, b: support.apply_ft(m, d, f[:3], f[3:], p, b))(
+        d.xfrc_applied[1:], d.xipos[1:], jnp.arange(1, m.nbody))
+    qfrc = qfrc + jnp.sum(xfrc, axis=0)
+  qacc = inertia.solve_m(m, d, qfrc) if m.nv else qfrc
+  return dataclasses.replace(d, qfrc_smooth=qfrc, qacc_smooth=qacc)
+
+
+def fwd_constraint(m, d):
+  """Without constraint rows: qacc = qacc_smooth, qfrc_constraint = 0."""
+  return dataclasses.replace(d, qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc))
+
+
+def forward(m, d):
+  """Forward dynamics (mj_forward): every derived quantity of the current state."""
+  _check_constraints(m)
+  d = fwd_position(m, d)
+  d = fwd_velocity(m, d)
+  d = actuation.actuation(m, d)
+  d = fwd_acceleration(m, d)
+  return fwd_constraint(m, d)
+
+
+def step(m, d):
+  """One simulation step (mj_step): forward dynamics, then integration."""
+  integrator = m.opt.integrator
+  if integrator == RK4:
+    d = forward(m, d)
+    return integrate.rk4(m, d, forward)
+  d = forward(m, d)
+  if integrator == EULER:
+    return integrate.euler(m, d)
+  if integrator == IMPLICIT:
+    return integrate.implicit(m, d)
+  return integrate.implicitfast(m, d)
