@@ -2166,7 +2166,7 @@ def test_case_ids_unique():
 def test_case_line_points_at_element(c: Case):
     """Sanity check of the table: the expected line holds the expected element."""
     lines = _source(c).splitlines()
-    assert 1 <= c.line <= max(len(lines), 1)
+    assert c.line >= 1 and c.line <= max(len(lines), 1), (c.line, len(lines))
     if c.element is not None:
         assert f"<{c.element}" in lines[c.line - 1], (c.line, lines)
 
