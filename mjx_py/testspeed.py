@@ -44,7 +44,8 @@ def _prepare_xml(path: str, smooth: bool) -> str:
 def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = ''):
   """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps."""
   import mjx_py
-  from mjx_py import forward, mjcf
+  from mjx_py import mjcf
+  from mjx_py.forward import step
   m = mjx_py.put_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')))
   d0 = mjx_py.make_data(m)
   lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
@@ -57,7 +58,7 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
 
   def rollout(d, ctrls):
     def body(d, c):
-      d = jax.vmap(lambda d, c: forward.step(m, d.__class__(**{**vars(d), 'ctrl': c})))(d, c)
+      d = jax.vmap(lambda d, c: step(m, d.__class__(**{**vars(d), 'ctrl': c})))(d, c)
       return d, None
     return jax.lax.scan(body, d, ctrls)[0]
 

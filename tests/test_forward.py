@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import mjx_py
-from mjx_py import forward as fwd
+from mjx_py.forward import forward, step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED = ['humanoid.xml', 'ant.xml', 'arm7.xml', 'finger_tendon.xml', 'muscle_arm.xml',
@@ -81,7 +81,7 @@ def test_forward_matches_mujoco(name):
   md = mujoco.MjData(mj)
   rng = np.random.default_rng(0)
   with jax.enable_x64(True):
-    f = jax.jit(fwd.forward)
+    f = jax.jit(forward)
     for _ in range(3):
       qpos, qvel, ctrl, act = random_state(mj, rng)
       md.qpos[:], md.qvel[:], md.ctrl[:], md.act[:] = qpos, qvel, ctrl, act
@@ -117,7 +117,7 @@ def test_rollout_matches_mj_step(name, integrator):
     qpos_ref[t] = md.qpos
   with jax.enable_x64(True):
     def body(d, ctrl):
-      d = fwd.step(m, with_state(d, ctrl=ctrl))
+      d = step(m, with_state(d, ctrl=ctrl))
       return d, d.qpos
     _, qpos = jax.jit(lambda d, c: jax.lax.scan(body, d, c))(mjx_py.make_data(m), ctrls)
   np.testing.assert_allclose(np.asarray(qpos), qpos_ref, atol=1e-6, rtol=1e-6)
@@ -127,4 +127,4 @@ def test_models_with_constraints_are_refused():
   with jax.enable_x64(True):
     m = mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'humanoid.xml'))
     with pytest.raises(mjx_py.NotSupportedError, match='constraint'):
-      fwd.forward(m, mjx_py.make_data(m))
+      forward(m, mjx_py.make_data(m))

@@ -11,7 +11,7 @@ import pytest
 from jax.test_util import check_grads
 
 import mjx_py
-from mjx_py import forward as fwd
+from mjx_py.forward import step
 
 PENDULUM = """
 <mujoco>
@@ -65,10 +65,10 @@ def test_vmap_step_equals_loop():
       d0.__class__(**{**vars(d0), 'qpos': jnp.asarray(q, d0.qpos.dtype),
                       'qvel': jnp.asarray(v, d0.qvel.dtype),
                       'ctrl': jnp.asarray(c, d0.ctrl.dtype)}) for q, v, c in states])
-  step = jax.jit(lambda d: fwd.step(m, d))
-  out = jax.jit(jax.vmap(lambda d: fwd.step(m, d)))(batch)
+  step_one = jax.jit(lambda d: step(m, d))
+  out = jax.jit(jax.vmap(lambda d: step(m, d)))(batch)
   for i in range(len(states)):
-    single = step(jax.tree_util.tree_map(lambda x, i=i: x[i], batch))
+    single = step_one(jax.tree_util.tree_map(lambda x, i=i: x[i], batch))
     np.testing.assert_allclose(out.qpos[i], single.qpos, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(out.qvel[i], single.qvel, rtol=1e-6, atol=1e-6)
 
@@ -82,7 +82,7 @@ def test_step_gradients_match_finite_differences(integrator):
 
     def f(qvel, ctrl):
       d = d0.__class__(**{**vars(d0), 'qpos': jnp.asarray(qpos), 'qvel': qvel, 'ctrl': ctrl})
-      return fwd.step(m, d).qvel
+      return step(m, d).qvel
 
     check_grads(f, (jnp.asarray(qvel), jnp.asarray(ctrl)), order=1, modes=('fwd', 'rev'),
                 atol=1e-6, rtol=1e-6)
@@ -95,7 +95,7 @@ def test_step_gradients_finite_in_float32_from_rest():
   def loss(ctrl):
     d = d0.__class__(**{**vars(d0), 'ctrl': ctrl})
     for _ in range(5):
-      d = fwd.step(m, d)
+      d = step(m, d)
     return jnp.sum(d.qpos ** 2) + jnp.sum(d.qvel ** 2)
 
   g = jax.jit(jax.grad(loss))(jnp.zeros(m.nu, jnp.float32))
@@ -108,7 +108,7 @@ def test_compile_time_does_not_grow_with_depth():
     m = mjx_py.from_xml_string(chain(n))
     d = mjx_py.make_data(m)
     t0 = time.perf_counter()
-    jax.jit(fwd.step).lower(m, d).compile()
+    jax.jit(step).lower(m, d).compile()
     times[n] = time.perf_counter() - t0
   # generous bound against machine noise; the acceptance target is 3x (see the README)
   assert times[200] < 3 * times[5] + 2.0, times
