@@ -1,0 +1,96 @@
+"""Side-by-side speed: mjx_py vs MuJoCo C (mujoco.rollout, 1 thread and all cores) vs MJX.
+
+Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [--smooth]
+Needs the bench extra (mujoco, mujoco-mjx). All three run in this process, so the ratios come
+from one run on one machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mjx_py import testspeed
+
+
+def _time_mujoco(xml: str, batch: int, nstep: int, threads: int):
+  import mujoco
+  from mujoco import rollout
+  mj = mujoco.MjModel.from_xml_string(xml)
+  datas = [mujoco.MjData(mj) for _ in range(max(threads, 1))]
+  state0 = np.zeros((batch, mujoco.mj_stateSize(mj, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
+  for i in range(batch):
+    mujoco.mj_getState(mj, datas[0], state0[i], mujoco.mjtState.mjSTATE_FULLPHYSICS)
+  lo, hi = mj.actuator_ctrlrange.T
+  rng = np.random.default_rng(0)
+  ctrl = np.where(mj.actuator_ctrllimited, lo + (hi - lo) * rng.random((batch, nstep, mj.nu)),
+                  rng.standard_normal((batch, nstep, mj.nu)))
+  runner = rollout.Rollout(nthread=threads) if threads > 1 else None
+  t0 = time.perf_counter()
+  if runner is not None:
+    runner.rollout([mj] * batch, datas, state0, ctrl)
+  else:
+    rollout.rollout([mj] * batch, datas[0], state0, ctrl)
+  return batch * nstep / (time.perf_counter() - t0)
+
+
+def _time_mjx(xml: str, batch: int, nstep: int):
+  import mujoco
+  from mujoco import mjx
+  spec = mujoco.MjSpec.from_string(xml)
+  for s in list(spec.sensors):  # MJX lacks several sensor types; sensors are not timed here
+    spec.delete(s)
+  mj = spec.compile()
+  mx = mjx.put_model(mj)
+  d0 = mjx.make_data(mx)
+  dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
+  ctrl = jnp.zeros((nstep, batch, mj.nu))
+
+  def rollout(d, ctrls):
+    def body(d, c):
+      return jax.vmap(lambda d, c: mjx.step(mx, d.replace(ctrl=c)))(d, c), None
+    return jax.lax.scan(body, d, ctrls)[0]
+
+  t0 = time.perf_counter()
+  fn = jax.jit(rollout).lower(dbatch, ctrl).compile()
+  compile_s = time.perf_counter() - t0
+  jax.block_until_ready(fn(dbatch, ctrl))
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn(dbatch, ctrl))
+  return compile_s, batch * nstep / (time.perf_counter() - t0)
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('model')
+  parser.add_argument('--batch', type=int, nargs='+', default=[1, 64, 1024])
+  parser.add_argument('--nstep', type=int, default=200)
+  parser.add_argument('--smooth', action='store_true', help='disable the constraint solver')
+  args = parser.parse_args()
+  with open(args.model) as f:
+    xml = f.read()
+  if args.smooth:
+    xml = testspeed.disable_constraints(xml)
+  ncpu = os.cpu_count() or 1
+  print(f"{'batch':>6} {'ours':>12} {'compile s':>10} {'MuJoCo 1thr':>12} "
+        f"{f'MuJoCo {ncpu}thr':>12} {'MJX':>12} {'MJX compile':>11}  (steps/s)")
+  for batch in args.batch:
+    c, sps = testspeed.time_rollout(xml, batch, args.nstep,
+                                    base_dir=os.path.dirname(args.model))
+    c1 = _time_mujoco(xml, batch, args.nstep, 1)
+    cn = _time_mujoco(xml, batch, args.nstep, ncpu)
+    try:
+      mc, msps = _time_mjx(xml, batch, args.nstep)
+      mjx_cols = f'{msps:>12,.0f} {mc:>11.2f}'
+    except Exception as e:  # MJX does not support every model
+      mjx_cols = f'n/a ({type(e).__name__})'
+    print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f} {c1:>12,.0f} {cn:>12,.0f} {mjx_cols}', flush=True)
+
+
+if __name__ == '__main__':
+  main()
