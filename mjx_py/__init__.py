@@ -15,6 +15,7 @@ from .data import Data, make_data, reset_data
 from .errors import MJCFError, NotSupportedError
 from .forward import forward, step
 from .model import Model, Option, Statistic, name2id, put_model
+from .setconst import set_const
 
 
 def from_xml_string(xml: str, assets: dict | None = None) -> Model:
@@ -29,4 +30,4 @@ def from_xml_path(path, assets: dict | None = None) -> Model:
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
-           'forward', 'step']
+           'forward', 'step', 'set_const']

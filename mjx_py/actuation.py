@@ -176,6 +176,16 @@ def next_activation(m, act, act_dot):
 
 # ---------------------------------------------------------------------------------------------
 
+def _select(cases, default):
+  """Per-actuator choice among formulas: cases are (present, condition, value function);
+  only the formulas of types the model has (``present``, static) are traced at all."""
+  out = default
+  for present, cond, value in reversed(cases):
+    if present:
+      out = jnp.where(cond, value(), out)
+  return out
+
+
 def actuation(m, d):
   """Actuator forces and activation derivatives (mj_fwdActuation); see the module docstring."""
   flags = m.opt.disableflags
@@ -203,11 +213,13 @@ def actuation(m, d):
   dyntype = m.actuator_dyntype
   dynprm = m.actuator_dynprm
   tau = jnp.maximum(MINVAL, dynprm[:, 0])
-  rate = jnp.where(dyntype == DYN_INTEGRATOR, ctrl,
-                   jnp.where((dyntype == DYN_FILTER) | (dyntype == DYN_FILTEREXACT),
-                             (ctrl - act) / tau,
-                             jnp.where(dyntype == DYN_MUSCLE,
-                                       muscle_dynamics(ctrl, act, dynprm), 0.0)))
+  dyn = m.dyn_types
+  rate = _select([
+      (DYN_INTEGRATOR in dyn, dyntype == DYN_INTEGRATOR, lambda: ctrl),
+      (DYN_FILTER in dyn or DYN_FILTEREXACT in dyn,
+       (dyntype == DYN_FILTER) | (dyntype == DYN_FILTEREXACT), lambda: (ctrl - act) / tau),
+      (DYN_MUSCLE in dyn, dyntype == DYN_MUSCLE, lambda: muscle_dynamics(ctrl, act, dynprm))],
+      jnp.zeros_like(ctrl))
   if m.na:
     act_dot = jnp.zeros((m.na,), dtype).at[jnp.where(stateful, act_last, m.na)].set(
         rate, mode='drop')
@@ -219,15 +231,17 @@ def actuation(m, d):
   gainprm, biasprm = m.actuator_gainprm, m.actuator_biasprm
   lrange, acc0 = m.actuator_lengthrange, m.actuator_acc0
   gaintype, biastype = m.actuator_gaintype, m.actuator_biastype
-  gain = jnp.where(
-      gaintype == GAIN_FIXED, gainprm[:, 0],
-      jnp.where(gaintype == GAIN_AFFINE,
-                gainprm[:, 0] + gainprm[:, 1] * length + gainprm[:, 2] * velocity,
-                jnp.where(gaintype == GAIN_MUSCLE,
-                          muscle_gain(length, velocity, lrange, acc0, gainprm), 1.0)))
-  bias = jnp.where(
-      biastype == BIAS_AFFINE, biasprm[:, 0] + biasprm[:, 1] * length + biasprm[:, 2] * velocity,
-      jnp.where(biastype == BIAS_MUSCLE, muscle_bias(length, lrange, acc0, biasprm), 0.0))
+  gain = _select([
+      (True, gaintype == GAIN_FIXED, lambda: gainprm[:, 0]),
+      (GAIN_AFFINE in m.gain_types, gaintype == GAIN_AFFINE,
+       lambda: gainprm[:, 0] + gainprm[:, 1] * length + gainprm[:, 2] * velocity),
+      (GAIN_MUSCLE in m.gain_types, gaintype == GAIN_MUSCLE,
+       lambda: muscle_gain(length, velocity, lrange, acc0, gainprm))], jnp.ones_like(ctrl))
+  bias = _select([
+      (BIAS_AFFINE in m.bias_types, biastype == BIAS_AFFINE,
+       lambda: biasprm[:, 0] + biasprm[:, 1] * length + biasprm[:, 2] * velocity),
+      (BIAS_MUSCLE in m.bias_types, biastype == BIAS_MUSCLE,
+       lambda: muscle_bias(length, lrange, acc0, biasprm))], jnp.zeros_like(ctrl))
   if m.na:
     act_dot_last = act_dot[jnp.clip(act_last, 0, m.na - 1)]
     act_early = step_activation(m, jnp.arange(m.nu), act, act_dot_last)
@@ -238,7 +252,7 @@ def actuation(m, d):
   force = jnp.where(actuator_disabled(m), 0.0, force)
 
   # 4. tendon actuator force limits: scale all forces on a tendon into its range
-  if m.ntendon:
+  if m.ntendon and TRN_TENDON in m.trn_types:
     tid = m.actuator_trnid[:, 0]
     tsafe = jnp.clip(tid, 0, m.ntendon - 1)
     on_limited = (m.actuator_trntype == TRN_TENDON) & (m.tendon_actfrclimited[tsafe] > 0)

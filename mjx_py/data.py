@@ -88,23 +88,23 @@ Data.__module__ = __name__
 jax.tree_util.register_dataclass(Data, data_fields=_FIELD_NAMES, meta_fields=[])
 
 
-def _mocap_init(m):
-  """Initial mocap poses: the compiled pose of each mocap body, in mocap id order."""
-  import numpy as np
-  ids = np.asarray(m.body_mocapid)
-  order = np.argsort(np.where(ids >= 0, ids, np.iinfo(np.int32).max))[:m.nmocap]
-  return m.body_pos[order], m.body_quat[order]
+def _mocap_init(m, dtype):
+  """Initial mocap poses: the compiled pose of each mocap body, in mocap id order (a scatter
+  by body_mocapid, so it also works when the Model is traced)."""
+  ids = jnp.where(m.body_mocapid >= 0, m.body_mocapid, m.nmocap)  # not mocap: dropped
+  pos = jnp.zeros((m.nmocap, 3), dtype).at[ids].set(m.body_pos, mode='drop')
+  quat = jnp.zeros((m.nmocap, 4), dtype).at[ids].set(m.body_quat, mode='drop')
+  return pos, quat
 
 
 def make_data(m) -> Data:
-  """Data at MuJoCo's reset state for model ``m`` (see module docstring)."""
+  """Data at MuJoCo's reset state for model ``m`` (see module docstring). Traceable: it also
+  works inside jit/vmap with a traced Model."""
   dtype = jnp.result_type(float)
   fields = {n: jnp.zeros(shape(m), dtype) for n, shape in _SHAPES}
   fields.update({n: jnp.zeros(shape(m), jnp.int32) for n, shape in _INT_FIELDS.items()})
   fields['qpos'] = jnp.asarray(m.qpos0, dtype)
-  mpos, mquat = _mocap_init(m)
-  fields['mocap_pos'] = jnp.asarray(mpos, dtype).reshape(m.nmocap, 3)
-  fields['mocap_quat'] = jnp.asarray(mquat, dtype).reshape(m.nmocap, 4)
+  fields['mocap_pos'], fields['mocap_quat'] = _mocap_init(m, dtype)
   fields['eq_active'] = jnp.asarray(m.eq_active0, jnp.int32)
   return Data(**fields)
 

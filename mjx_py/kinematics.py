@@ -23,48 +23,70 @@ FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
 TRACK, TRACKCOM, TARGETBODY, TARGETBODYCOM = 1, 2, 3, 4
 
 
-def _body_frame(parent, inp):
-  """Pose of one body from its parent's pose and its joints (MuJoCo's per-body loop).
+def _joint_pose(pos, quat, jtype, jaxis, jpos, q, q0, types):
+  """Applies one joint to a frame (MuJoCo's per-joint step of mj_kinematics).
 
-  parent: dict xpos (3,), xquat (4,) of the parent body.
-  inp: the body's constant pose (pos, quat, possibly from mocap), and per joint slot k
-    (maxjnt slots, ``valid`` masks padding): type, jnt_pos, jnt_axis, qpos (7 values starting
-    at the joint's qpos address), qpos0 (1 value).
-  Returns dict xpos, xquat and per-slot xanchor, xaxis (maxjnt, 3).
+  pos (3,), quat (4,): the frame before the joint; jtype: joint type (-1: no joint, the frame
+  is kept); jaxis, jpos (3,): the joint's axis and position in the body frame; q (7,): qpos
+  from the joint's address; q0: its qpos0 (hinge and slide). ``types``: the joint types the
+  model has (static), so only their branches are traced.
+  Returns (pos, quat, anchor, axis) after the joint, all in the frame's own reference frame.
   """
-  is_root_child = inp['parent_is_world']
-  xpos = jnp.where(is_root_child, inp['pos'],
-                   parent['xpos'] + math.rot_vec_quat(inp['pos'], parent['xquat']))
-  xquat = jnp.where(is_root_child, inp['quat'], math.quat_mul(parent['xquat'], inp['quat']))
+  axis = math.rot_vec_quat(jaxis, quat)
+  anchor = math.rot_vec_quat(jpos, quat) + pos
+  new_pos, new_quat = pos, quat
+  angle = q[0] - q0
+  if BALL in types or HINGE in types:
+    # rotation about the anchor: hinge by qpos - qpos0 about its axis, ball by its quaternion
+    if BALL in types and HINGE in types:
+      qloc = jnp.where(jtype == BALL, math.quat_normalize(q[:4]),
+                       math.axis_angle_to_quat(jaxis, angle))
+    elif BALL in types:
+      qloc = math.quat_normalize(q[:4])
+    else:
+      qloc = math.axis_angle_to_quat(jaxis, angle)
+    rot_quat = math.quat_mul(quat, qloc)
+    rotates = (jtype == BALL) | (jtype == HINGE)
+    new_pos = jnp.where(rotates, anchor - math.rot_vec_quat(jpos, rot_quat), new_pos)
+    new_quat = jnp.where(rotates, rot_quat, new_quat)
+  if SLIDE in types:  # translation along the axis by qpos - qpos0
+    new_pos = jnp.where(jtype == SLIDE, pos + axis * angle, new_pos)
+  if FREE in types:
+    # the joint's position and quaternion are the body pose (free joints only sit in bodies
+    # whose parent is the world, so the local frame is the world frame); anchor = position,
+    # and the axis is the model's
+    free = jtype == FREE
+    new_pos = jnp.where(free, q[:3], new_pos)
+    new_quat = jnp.where(free, math.quat_normalize(q[3:7]), new_quat)
+    anchor = jnp.where(free, q[:3], anchor)
+    axis = jnp.where(free, jaxis, axis)
+  return new_pos, new_quat, anchor, axis
+
+
+def _body_local(m, inp):
+  """Pose of one body relative to its parent after its joints, and its joints' anchors and
+  axes, all in the parent's frame. These depend on qpos only, not on the parent's pose, so
+  they are computed for all bodies at once, outside the tree pass.
+
+  inp: the body's constant pose (pos, quat, possibly from mocap), and per joint slot k
+    (maxjnt slots, padded with type -1): jtype, jpos, jaxis, qpos (7 values from the joint's
+    qpos address), qpos0 (1 value).
+  """
+  pos, quat = inp['pos'], inp['quat']
   anchors, axes = [], []
   for k in range(inp['jtype'].shape[0]):  # joints of this body in order (at most 6)
-    jtype, valid = inp['jtype'][k], inp['jvalid'][k]
-    q = inp['qpos'][k]
-    axis = math.rot_vec_quat(inp['jaxis'][k], xquat)
-    anchor = math.rot_vec_quat(inp['jpos'][k], xquat) + xpos
-    # hinge: rotation about the joint axis by qpos - qpos0; ball: the joint's quaternion
-    angle = q[0] - inp['qpos0'][k]
-    qloc = jnp.where(jtype == BALL, math.quat_normalize(q[:4]),
-                     math.axis_angle_to_quat(inp['jaxis'][k], angle))
-    rot_quat = math.quat_mul(xquat, qloc)
-    rot_pos = anchor - math.rot_vec_quat(inp['jpos'][k], rot_quat)
-    # slide: translation along the axis by qpos - qpos0
-    slide_pos = xpos + axis * angle
-    # free: the joint's position and quaternion are the body pose
-    free_pos, free_quat = q[:3], math.quat_normalize(q[3:7])
-    rotates = (jtype == BALL) | (jtype == HINGE)
-    new_pos = jnp.where(jtype == FREE, free_pos,
-                        jnp.where(rotates, rot_pos, jnp.where(jtype == SLIDE, slide_pos, xpos)))
-    new_quat = jnp.where(jtype == FREE, free_quat, jnp.where(rotates, rot_quat, xquat))
-    anchor = jnp.where(jtype == FREE, free_pos, anchor)
-    axis = jnp.where(jtype == FREE, inp['jaxis'][k], axis)  # free joints keep the model axis
-    xpos = jnp.where(valid, new_pos, xpos)
-    xquat = jnp.where(valid, new_quat, xquat)
+    pos, quat, anchor, axis = _joint_pose(pos, quat, inp['jtype'][k], inp['jaxis'][k],
+                                          inp['jpos'][k], inp['qpos'][k], inp['qpos0'][k],
+                                          m.jnt_types)
     anchors.append(anchor)
     axes.append(axis)
-  xquat = math.quat_normalize(xquat)
-  return {'xpos': xpos, 'xquat': xquat,
-          'xanchor': jnp.stack(anchors), 'xaxis': jnp.stack(axes)}
+  return {'pos': pos, 'quat': quat, 'anchor': jnp.stack(anchors), 'axis': jnp.stack(axes)}
+
+
+def _compose(parent, local):
+  """World pose of a body from its parent's world pose and its pose in the parent frame."""
+  return {'xpos': parent['xpos'] + math.rot_vec_quat(local['pos'], parent['xquat']),
+          'xquat': math.quat_normalize(math.quat_mul(parent['xquat'], local['quat']))}
 
 
 def _body_inputs(m, d):
@@ -92,8 +114,8 @@ def _body_inputs(m, d):
     jtype = jnp.full(shape, -1)
     jpos = jaxis = jnp.zeros(shape + (3,), pos.dtype)
     qpos0 = jnp.zeros(shape, pos.dtype)
-  return {'pos': pos, 'quat': quat, 'parent_is_world': m.body_parentid == 0, 'jtype': jtype,
-          'jvalid': valid, 'qpos': qpos, 'jpos': jpos, 'jaxis': jaxis, 'qpos0': qpos0}
+  return {'pos': pos, 'quat': quat, 'jtype': jtype, 'qpos': qpos, 'jpos': jpos, 'jaxis': jaxis,
+          'qpos0': qpos0}
 
 
 def _local_to_global(xpos, xmat, pos, quat):
@@ -104,21 +126,26 @@ def _local_to_global(xpos, xmat, pos, quat):
 
 
 def kinematics(m, d):
-  """Forward kinematics: body, joint, geom and site frames in world coordinates."""
+  """Forward kinematics: body, joint, geom and site frames in world coordinates.
+
+  Each body's pose in its parent's frame (after its joints) is computed for all bodies at
+  once; the tree pass then only composes rigid transforms, parent to child.
+  """
   dtype = d.qpos.dtype
-  maxjnt = m.body_jnts.shape[1]
+  local = jax.vmap(lambda inp: _body_local(m, inp))(_body_inputs(m, d))
   world = {'xpos': jnp.zeros((m.nbody, 3), dtype),
-           'xquat': jnp.zeros((m.nbody, 4), dtype).at[:, 0].set(1.0),
-           'xanchor': jnp.zeros((m.nbody, maxjnt, 3), dtype),
-           'xaxis': jnp.zeros((m.nbody, maxjnt, 3), dtype)}
-  out = tree.forward(m, _body_frame, world, _body_inputs(m, d))
+           'xquat': jnp.zeros((m.nbody, 4), dtype).at[:, 0].set(1.0)}
+  out = tree.forward(m, _compose, world, local)
   xpos, xquat = out['xpos'], out['xquat']
   xmat = math.quat_to_mat(xquat).reshape(-1, 9)
   xipos, ximat = _local_to_global(xpos, xmat, m.body_ipos, m.body_iquat)
-  # joint anchors/axes: slot (jnt id - first joint of its body) of the joint's body
+  # joint anchors/axes: slot (jnt id - first joint of its body) of the joint's body, moved from
+  # the parent's frame to the world
   slot = jnp.arange(m.njnt) - m.body_jntadr[m.jnt_bodyid]
-  xanchor = out['xanchor'][m.jnt_bodyid, slot]
-  xaxis = out['xaxis'][m.jnt_bodyid, slot]
+  parent = m.body_parentid[m.jnt_bodyid]
+  prot = math.quat_to_mat(xquat[parent])
+  xanchor = xpos[parent] + jnp.einsum('nij,nj->ni', prot, local['anchor'][m.jnt_bodyid, slot])
+  xaxis = jnp.einsum('nij,nj->ni', prot, local['axis'][m.jnt_bodyid, slot])
   geom_xpos, geom_xmat = _local_to_global(xpos[m.geom_bodyid], xmat[m.geom_bodyid],
                                           m.geom_pos, m.geom_quat)
   site_xpos, site_xmat = _local_to_global(xpos[m.site_bodyid], xmat[m.site_bodyid],

@@ -254,6 +254,18 @@ SIZES = ('nq', 'nv', 'nu', 'na', 'nbody', 'njnt', 'ngeom', 'nsite', 'ncam', 'nli
 # has_fluid (static): option density or viscosity is positive, so fluid forces are built at
 # all; to randomize density/viscosity under vmap, start from a model where one is positive.
 COUNT_SIZES = ('nlimit', 'nfriction', 'ncandidate', 'has_fluid')
+# Engine-only static type sets (host-computed, see type_sets): the sorted distinct values of
+# the discrete type fields, so that stages only trace the branches a model can take (a humanoid
+# has no ball-joint or slider-crank code in its step). They are fixed by the compiled model: a
+# Model whose type fields are edited after put_model must be rebuilt with put_model.
+#   jnt_types (mjtJoint), trn_types (mjtTrn), dyn_types (mjtDyn), gain_types (mjtGain),
+#   bias_types (mjtBias), wrap_types (mjtWrap), geom_types (mjtGeom), eq_types (mjtEq),
+#   sensor_types (mjtSensor), cam_modes and light_modes (mjtCamLight);
+#   trn_refsite: 1 if a site transmission has a refsite; has_tendon_armature: 1 if a spatial
+#   tendon has armature (the tendon bias term of mj_rne is only built then).
+TYPE_SETS = ('jnt_types', 'trn_types', 'dyn_types', 'gain_types', 'bias_types', 'wrap_types',
+             'geom_types', 'eq_types', 'sensor_types', 'cam_modes', 'light_modes',
+             'trn_refsite', 'has_tendon_armature')
 
 # Option: (name, static?) -- discrete settings are static, real-valued ones are traced leaves.
 OPTION_FIELDS = (
@@ -313,7 +325,7 @@ each path can write to wrap_xpos.
 
 Model = _frozen_pytree(
     'Model', [f[0] for f in FIELDS] + list(ENGINE_FIELDS) + ['opt', 'stat'],
-    list(SIZES) + list(COUNT_SIZES) + ['names'], __doc__)
+    list(SIZES) + list(COUNT_SIZES) + list(TYPE_SETS) + ['names'], __doc__)
 Model.__doc__ = __doc__
 
 _INT_KINDS = 'iub'
@@ -344,7 +356,26 @@ def put_model(arrays: dict) -> Model:
   kwargs['stat'] = Statistic(**{n: _leaf(arrays[f'stat_{n}'], 'f') for n in STAT_FIELDS})
   kwargs['names'] = tuple(sorted((k, tuple(v)) for k, v in arrays['names'].items()))
   kwargs.update(constraint_counts(arrays))
+  kwargs.update(type_sets(arrays))
   return Model(**kwargs)
+
+
+def type_sets(arrays: dict) -> dict:
+  """Host-side static type sets (see TYPE_SETS): sorted tuples of the distinct values."""
+  def distinct(name):
+    return tuple(sorted({int(x) for x in np.asarray(arrays[name]).ravel()}))
+  out = {'jnt_types': distinct('jnt_type'), 'trn_types': distinct('actuator_trntype'),
+         'dyn_types': distinct('actuator_dyntype'), 'gain_types': distinct('actuator_gaintype'),
+         'bias_types': distinct('actuator_biastype'), 'wrap_types': distinct('wrap_type'),
+         'geom_types': distinct('geom_type'), 'eq_types': distinct('eq_type'),
+         'sensor_types': distinct('sensor_type'), 'cam_modes': distinct('cam_mode'),
+         'light_modes': distinct('light_mode')}
+  trntype = np.asarray(arrays['actuator_trntype'])
+  trnid = np.asarray(arrays['actuator_trnid']).reshape(-1, 2)
+  out['trn_refsite'] = int(np.any((trntype == 4) & (trnid[:, 1] >= 0)))
+  out['has_tendon_armature'] = int(
+      np.any(np.asarray(arrays['tendon_armature']) > 0) and 3 in out['wrap_types'])
+  return out
 
 
 def name2id(m: Model, objtype: str, name: str) -> int:

@@ -68,6 +68,8 @@ def _joint(m, d, kind, jnt, gear):
   """Joint and jointinparent transmissions: (length, moment (nv,))."""
   jnt = jnp.clip(jnt, 0, m.njnt - 1)
   jtype, qadr, dadr = m.jnt_type[jnt], m.jnt_qposadr[jnt], m.jnt_dofadr[jnt]
+  if BALL not in m.jnt_types and FREE not in m.jnt_types:   # static: hinge and slide only
+    return d.qpos[qadr] * gear[0], jnp.zeros(m.nv, gear.dtype).at[dadr].set(gear[0])
   q = d.qpos[jnp.minimum(qadr + jnp.arange(7), m.nq - 1)]
   in_parent = kind == TRN_JOINTINPARENT
   # ball: quaternion at qadr; free: at qadr + 3. The torque axis rotates back to the parent
@@ -116,6 +118,8 @@ def _site(m, d, site, ref, gear):
   rot = d.site_xmat[site].reshape(3, 3)
   # no refsite: the gear is a wrench in the site frame
   moment_free = jacp.T @ (rot @ gear[:3]) + jacr.T @ (rot @ gear[3:])
+  if not m.trn_refsite:   # static: no site transmission of the model has a refsite
+    return jnp.zeros((), moment_free.dtype), moment_free
   # refsite: pose relative to the reference, in its frame; the dofs moving both sites (the
   # common ancestral chain) are cleared from the Jacobian differences, as MuJoCo does
   rrot = d.site_xmat[ref].reshape(3, 3)
@@ -134,22 +138,27 @@ def _site(m, d, site, ref, gear):
 
 
 def _actuator(m, d, kind, trnid, gear, crank):
-  """Length and moment (nv,) of one actuator: every formula, the one of ``kind`` kept."""
-  dtype = d.qpos.dtype
-  zero = (jnp.zeros((), dtype), jnp.zeros(m.nv, dtype))
-  joint = _joint(m, d, kind, trnid[0], gear) if m.njnt else zero
-  crank_out = _slidercrank(m, d, trnid[0], trnid[1], crank, gear) if m.nsite else zero
-  site = _site(m, d, trnid[0], trnid[1], gear) if m.nsite else zero
-  if m.ntendon:
+  """Length and moment (nv,) of one actuator: the formulas of the transmission types the model
+  has (static ``m.trn_types``), the one of ``kind`` kept."""
+  types = m.trn_types
+  conds, outs = [], []
+  if m.njnt and (TRN_JOINT in types or TRN_JOINTINPARENT in types):
+    conds.append((kind == TRN_JOINT) | (kind == TRN_JOINTINPARENT))
+    outs.append(_joint(m, d, kind, trnid[0], gear))
+  if m.nsite and TRN_SLIDERCRANK in types:
+    conds.append(kind == TRN_SLIDERCRANK)
+    outs.append(_slidercrank(m, d, trnid[0], trnid[1], crank, gear))
+  if m.ntendon and TRN_TENDON in types:
     tid = jnp.clip(trnid[0], 0, m.ntendon - 1)
-    ten = (d.ten_length[tid] * gear[0], d.ten_J[tid] * gear[0])
-  else:
-    ten = zero
-  is_joint = (kind == TRN_JOINT) | (kind == TRN_JOINTINPARENT)
-  conds = [is_joint, kind == TRN_SLIDERCRANK, kind == TRN_TENDON, kind == TRN_SITE]
-  outs = [joint, crank_out, ten, site]
+    conds.append(kind == TRN_TENDON)
+    outs.append((d.ten_length[tid] * gear[0], d.ten_J[tid] * gear[0]))
+  if m.nsite and TRN_SITE in types:
+    conds.append(kind == TRN_SITE)
+    outs.append(_site(m, d, trnid[0], trnid[1], gear))
+  if not outs:   # only body (adhesion) transmissions: 0 without contacts, see above
+    return jnp.zeros((), d.qpos.dtype), jnp.zeros(m.nv, d.qpos.dtype)
   length = jnp.select(conds, [o[0] for o in outs], 0.0)
-  moment = jnp.select(conds, [o[1] for o in outs], 0.0)   # body (adhesion): 0, see above
+  moment = jnp.select(conds, [o[1] for o in outs], 0.0)
   return length, moment
 
 

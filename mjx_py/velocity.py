@@ -184,8 +184,8 @@ def _tendon_bias(m, d):
   the segment. MuJoCo's mj_tendonDot refuses (mjERROR) tendons that wrap around geoms, so such
   segments are not handled here (they contribute nothing).
   """
-  if not m.ntendon or not m.nsite or m.nwrap < 2:
-    return 0.0
+  if not m.ntendon or not m.nsite or m.nwrap < 2 or not m.has_tendon_armature:
+    return 0.0  # static: the model has no spatial tendon with armature
   w0 = jnp.arange(m.nwrap - 1)
   w1 = w0 + 1
   ten = jnp.searchsorted(m.tendon_adr, w0, side='right') - 1

@@ -10,7 +10,6 @@ and integration alone. RK4 runs with a forward function that calls mj_forward on
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import re
 
@@ -18,14 +17,12 @@ import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+import oracle
 import pytest
+from oracle import MODELS, ROOT, both, read, with_option
 
 import mjx_py
 from mjx_py import actuation, integrate
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = sorted(glob.glob(os.path.join(ROOT, 'models', '*.xml')) +
-                glob.glob(os.path.join(ROOT, 'tests', 'models', '*.xml')))
 
 # Every actuation feature in one small model: tendon actuator force limits (two motors sharing a
 # spatial tendon, one actuator of a fixed tendon in a disabled group), a joint-level actuator
@@ -87,24 +84,6 @@ FEATURES_XML = """
 # ---------------------------------------------------------------------------------------------
 # helpers
 
-def with_option(xml, option):
-  """The model with an <option> section appended (it wins over the model's own)."""
-  return re.sub(r'</mujoco>\s*$', option + '</mujoco>', xml)
-
-
-def read(path):
-  with open(path) as f:
-    return f.read()
-
-
-def both(xml, path=None):
-  """(our Model, MjModel) from one XML text; ``path`` resolves includes."""
-  if path is not None:
-    mj = mujoco.MjModel.from_xml_path(path)
-    return mjx_py.from_xml_path(path), mj
-  return mjx_py.from_xml_string(xml), mujoco.MjModel.from_xml_string(xml)
-
-
 def set_integrator(m, mj, integrator):
   mj.opt.integrator = integrator
   return dataclasses.replace(m, opt=dataclasses.replace(m.opt, integrator=integrator))
@@ -113,55 +92,9 @@ def set_integrator(m, mj, integrator):
 def random_state(mj, md, rng, vel=1.0):
   """A random state and input in md: qpos (unit quaternions), qvel, act (some outside [0, 1]),
   ctrl (some beyond ctrlrange), time."""
-  qpos = mj.qpos0 + 0.3 * rng.standard_normal(mj.nq)
-  for j in range(mj.njnt):
-    adr = mj.jnt_qposadr[j]
-    if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
-      qpos[adr + 3:adr + 7] /= np.linalg.norm(qpos[adr + 3:adr + 7])
-    elif mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
-      qpos[adr:adr + 4] /= np.linalg.norm(qpos[adr:adr + 4])
-  md.qpos[:] = qpos
-  md.qvel[:] = vel * rng.standard_normal(mj.nv)
-  lo, hi = mj.actuator_ctrlrange.T
-  limited = mj.actuator_ctrllimited > 0
-  span = np.where(limited, hi - lo, 2.0)
-  md.ctrl[:] = np.where(limited, lo + span * rng.uniform(-0.2, 1.2, mj.nu),
-                        2 * rng.standard_normal(mj.nu))
-  md.act[:] = rng.uniform(-0.3, 1.3, mj.na)
-  md.time = rng.uniform(0, 2)
-
-
-def sparse_rows(mj, vals, rownnz, rowadr, colind, nrow):
-  out = np.zeros((nrow, mj.nv))
-  if nrow:
-    mujoco.mju_sparse2dense(out, np.asarray(vals).reshape(-1), rownnz, rowadr, colind)
-  return out
-
-
-def dense_moment(mj, md):
-  return sparse_rows(mj, md.actuator_moment, md.moment_rownnz, md.moment_rowadr,
-                     md.moment_colind, mj.nu)
-
-
-def dense_ten_J(mj, md):
-  if mj.ntendon and mujoco.mj_isSparse(mj):
-    return sparse_rows(mj, md.ten_J, md.ten_J_rownnz, md.ten_J_rowadr, md.ten_J_colind,
-                       mj.ntendon)
-  return np.array(md.ten_J).reshape(mj.ntendon, mj.nv)
-
-
-def dense_qM(mj, md):
-  full = np.zeros((mj.nv, mj.nv))
-  mujoco.mj_fullM(mj, full, md.qM)
-  return full
-
-
-def dense_qderiv(mj, md):
-  out = np.zeros((mj.nv, mj.nv))
-  for i in range(mj.nv):
-    adr = md.D_rowadr[i] + np.arange(md.D_rownnz[i])
-    out[i, md.D_colind[adr]] = md.qDeriv[adr]
-  return out
+  oracle.write_state(md, oracle.random_state(
+      mj, rng, qvel_scale=vel, mocap=False, ctrl_frac=(-0.2, 1.2), ctrl_scale=2.0,
+      act_range=(-0.3, 1.3), time_range=(0.0, 2.0)))
 
 
 STATE_FIELDS = ('qpos', 'qvel', 'act', 'ctrl', 'time')
@@ -174,10 +107,10 @@ def inject(m, mj, md, names=STATE_FIELDS + FORWARD_FIELDS, **extra):
   """Our Data holding MuJoCo's values of ``names`` (and the dense matrices) from md."""
   d = mjx_py.make_data(m)
   kw = {n: np.array(getattr(md, n)).reshape(np.shape(getattr(d, n))) for n in names}
-  kw.update(actuator_moment=dense_moment(mj, md), qM=dense_qM(mj, md),
-            ten_J=dense_ten_J(mj, md))
+  kw.update(actuator_moment=oracle.dense_moment(mj, md), qM=oracle.dense_qM(mj, md),
+            ten_J=oracle.dense_ten_J(mj, md))
   kw.update(extra)
-  return dataclasses.replace(d, **{k: jnp.asarray(v) for k, v in kw.items()})
+  return oracle.replace(d, **kw)
 
 
 def assert_close(got, ref, rtol, name):
@@ -208,10 +141,10 @@ def check_actuation(m, mj, md, rng, nstate=4):
 ACTUATED = [p for p in MODELS if mujoco.MjModel.from_xml_path(p).nu]
 
 
-@pytest.mark.parametrize('path', ACTUATED, ids=lambda p: os.path.relpath(p, ROOT))
+@pytest.mark.parametrize('path', ACTUATED, ids=oracle.model_id)
 def test_actuation_matches_mujoco(path):
   with jax.enable_x64(True):
-    m, mj = both(None, path)
+    m, mj = both(path=path)
   check_actuation(m, mj, mujoco.MjData(mj), np.random.default_rng(0))
 
 
@@ -427,7 +360,7 @@ def test_integrator_matches_mujoco(path, integrator):
     if path == 'features':
       m, mj = both(FEATURES_XML)
     else:
-      m, mj = both(None, os.path.join(ROOT, path))
+      m, mj = both(path=os.path.join(ROOT, path))
     m = set_integrator(m, mj, integrator)
   md = mujoco.MjData(mj)
   rng = np.random.default_rng(5)
@@ -440,8 +373,8 @@ def test_integrator_matches_mujoco(path, integrator):
       mujoco.mj_Euler(mj, md)
     else:
       mujoco.mj_implicit(mj, md)
-      ref = dense_qderiv(mj, md)
-      scale = max(1.0, np.max(np.abs(dense_qM(mj, md))) / mj.opt.timestep)
+      ref = oracle.dense_qderiv(mj, md)
+      scale = max(1.0, np.max(np.abs(oracle.dense_qM(mj, md))) / mj.opt.timestep)
       np.testing.assert_allclose(np.asarray(qderiv), ref, rtol=1e-8, atol=1e-12 * scale,
                                  err_msg='qDeriv')
     for name in ('qpos', 'qvel', 'act', 'time'):
@@ -471,7 +404,7 @@ def test_euler_damping_switches():
 @pytest.mark.parametrize('name', ['models/humanoid.xml', 'tests/models/joints_all.xml'])
 def test_integrate_pos_matches_mujoco(name):
   with jax.enable_x64(True):
-    m, mj = both(None, os.path.join(ROOT, name))
+    m, mj = both(path=os.path.join(ROOT, name))
   md = mujoco.MjData(mj)
   rng = np.random.default_rng(7)
   fn = jax.jit(lambda m, q, v, dt: integrate.integrate_pos(m, q, v, dt))
@@ -488,7 +421,7 @@ def test_integrate_pos_matches_mujoco(name):
 def test_integrate_pos_gradient_at_rest():
   """d qpos'/d qvel at qvel = 0 is exact (quaternion integration has no sqrt at 0)."""
   with jax.enable_x64(True):
-    m, mj = both(None, os.path.join(ROOT, 'tests/models/joints_all.xml'))
+    m, mj = both(path=os.path.join(ROOT, 'tests/models/joints_all.xml'))
     qpos = jnp.asarray(mj.qpos0)
     f = jax.jit(lambda v: integrate.integrate_pos(m, qpos, v, 0.01))
     jac = jax.jacfwd(f)(jnp.zeros(mj.nv))
@@ -503,7 +436,7 @@ def test_integrator_gradients_finite(integrator):
   fluid drag derivatives (sqrt at zero velocity) and the RNE derivative."""
   path = os.path.join(ROOT, 'tests/models/fluid_ellipsoid.xml')
   with jax.enable_x64(True):
-    m, mj = both(None, path)
+    m, mj = both(path=path)
     m = set_integrator(m, mj, integrator)
   md = mujoco.MjData(mj)
   mujoco.mj_forward(mj, md)

@@ -7,17 +7,17 @@ rollouts with random controls for each integrator. float64 throughout.
 from __future__ import annotations
 
 import os
-import re
 
 import jax
 import mujoco
 import numpy as np
+import oracle
 import pytest
+from oracle import ROOT
 
 import mjx_py
 from mjx_py.forward import forward, step
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUNDLED = ['humanoid.xml', 'ant.xml', 'arm7.xml', 'finger_tendon.xml', 'muscle_arm.xml',
            'cartpole.xml', 'hopper.xml', 'box_stack.xml', 'chain20.xml']
 INTEGRATORS = ['Euler', 'implicit', 'implicitfast', 'RK4']
@@ -25,39 +25,16 @@ INTEGRATORS = ['Euler', 'implicit', 'implicitfast', 'RK4']
 
 def smooth_xml(name, integrator=None):
   """The bundled model with the constraint solver disabled (and an integrator forced)."""
-  with open(os.path.join(ROOT, 'models', name)) as f:
-    xml = f.read()
   option = '<option{}><flag constraint="disable"/></option>'.format(
       f' integrator="{integrator}"' if integrator else '')
   # put our option last so that it wins over the model's own <option> sections
-  return re.sub(r'</mujoco>\s*$', option + '</mujoco>', xml)
-
-
-def both(xml):
-  mj = mujoco.MjModel.from_xml_string(xml)
-  with jax.enable_x64(True):
-    m = mjx_py.from_xml_string(xml)
-  return m, mj
+  return oracle.with_option(oracle.read(os.path.join(ROOT, 'models', name)), option)
 
 
 def random_state(mj, rng):
-  qpos = mj.qpos0 + 0.2 * rng.standard_normal(mj.nq)
-  for j in range(mj.njnt):
-    adr = mj.jnt_qposadr[j]
-    if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
-      qpos[adr + 3:adr + 7] /= np.linalg.norm(qpos[adr + 3:adr + 7])
-    elif mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
-      qpos[adr:adr + 4] /= np.linalg.norm(qpos[adr:adr + 4])
-  qvel = 0.5 * rng.standard_normal(mj.nv)
-  lo, hi = mj.actuator_ctrlrange.T if mj.nu else (np.zeros(0), np.zeros(0))
-  ctrl = np.where(mj.actuator_ctrllimited, lo + (hi - lo) * rng.random(mj.nu),
-                  rng.standard_normal(mj.nu))
-  act = rng.random(mj.na)
-  return qpos, qvel, ctrl, act
-
-
-def with_state(d, **kw):
-  return d.__class__(**{**vars(d), **kw})
+  """Random qpos, qvel, ctrl (within ctrlrange where limited) and act in [0, 1)."""
+  return oracle.random_state(mj, rng, qpos_scale=0.2, qvel_scale=0.5, mocap=False,
+                             ctrl_frac=(0.0, 1.0), act_range=(0.0, 1.0))
 
 
 FORWARD_FIELDS = (
@@ -67,32 +44,23 @@ FORWARD_FIELDS = (
     ('qfrc_smooth', 1e-8), ('qacc_smooth', 1e-8), ('qacc', 1e-8))
 
 
-def _dense(mj, name, md):
-  if name == 'qM':
-    full = np.zeros((mj.nv, mj.nv))
-    mujoco.mj_fullM(mj, full, md.qM)
-    return full
-  return getattr(md, name)
-
-
 @pytest.mark.parametrize('name', BUNDLED)
 def test_forward_matches_mujoco(name):
-  m, mj = both(smooth_xml(name))
-  md = mujoco.MjData(mj)
   rng = np.random.default_rng(0)
   with jax.enable_x64(True):
+    m, mj = oracle.both(smooth_xml(name))
+    md = mujoco.MjData(mj)
     f = jax.jit(forward)
     for _ in range(3):
-      qpos, qvel, ctrl, act = random_state(mj, rng)
-      md.qpos[:], md.qvel[:], md.ctrl[:], md.act[:] = qpos, qvel, ctrl, act
+      state = random_state(mj, rng)
+      oracle.write_state(md, state)
       md.qfrc_applied[:] = rng.standard_normal(mj.nv)
       md.xfrc_applied[1:] = rng.standard_normal((mj.nbody - 1, 6))
       mujoco.mj_forward(mj, md)
-      d = with_state(mjx_py.make_data(m), qpos=qpos, qvel=qvel, ctrl=ctrl, act=act,
-                     qfrc_applied=md.qfrc_applied.copy(), xfrc_applied=md.xfrc_applied.copy())
-      d = f(m, d)
+      d = f(m, oracle.make_data(m, **state.fields(), qfrc_applied=md.qfrc_applied.copy(),
+                                xfrc_applied=md.xfrc_applied.copy()))
       for field, rtol in FORWARD_FIELDS:
-        ref = _dense(mj, field, md)
+        ref = oracle.dense_qM(mj, md) if field == 'qM' else getattr(md, field)
         np.testing.assert_allclose(np.asarray(getattr(d, field)), ref, rtol=rtol,
                                    atol=1e-10, err_msg=f'{name} {field}')
 
@@ -103,7 +71,8 @@ ROLLOUT_MODELS = ['humanoid.xml', 'arm7.xml', 'muscle_arm.xml', 'chain20.xml']
 @pytest.mark.parametrize('integrator', INTEGRATORS)
 @pytest.mark.parametrize('name', ROLLOUT_MODELS)
 def test_rollout_matches_mj_step(name, integrator):
-  m, mj = both(smooth_xml(name, integrator))
+  with jax.enable_x64(True):
+    m, mj = oracle.both(smooth_xml(name, integrator))
   md = mujoco.MjData(mj)
   rng = np.random.default_rng(1)
   nstep = 1000
@@ -117,7 +86,7 @@ def test_rollout_matches_mj_step(name, integrator):
     qpos_ref[t] = md.qpos
   with jax.enable_x64(True):
     def body(d, ctrl):
-      d = step(m, with_state(d, ctrl=ctrl))
+      d = step(m, oracle.replace(d, ctrl=ctrl))
       return d, d.qpos
     _, qpos = jax.jit(lambda d, c: jax.lax.scan(body, d, c))(mjx_py.make_data(m), ctrls)
   np.testing.assert_allclose(np.asarray(qpos), qpos_ref, atol=1e-6, rtol=1e-6)

@@ -10,21 +10,17 @@ starts to touch a wrapping geom.
 
 from __future__ import annotations
 
-import dataclasses
-import glob
 import os
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+import oracle
 import pytest
-from test_kinematics import random_state
+from oracle import ROOT, random_state
 
-import mjx_py
 from mjx_py import inertia, kinematics, tendon, transmission
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Inside wraps (side site inside a sphere and a tilted cylinder), a sidesite outside a sphere,
 # and a pulley whose branches both wrap, with geoms and sites on moving bodies.
@@ -80,18 +76,14 @@ def _has_tendon_or_actuator(path):
   return mj.ntendon > 0 or mj.nu > 0
 
 
-FILES = [p for p in sorted(glob.glob(os.path.join(ROOT, 'models', '*.xml')) +
-                           glob.glob(os.path.join(ROOT, 'tests', 'models', '*.xml')))
-         if _has_tendon_or_actuator(p)]
-PARAMS = [pytest.param(p, id=os.path.relpath(p, ROOT)) for p in FILES] + [
+FILES = [p for p in oracle.MODELS if _has_tendon_or_actuator(p)]
+PARAMS = [pytest.param(p, id=oracle.model_id(p)) for p in FILES] + [
     pytest.param('wrap_zoo', id='wrap_zoo')]
 
 
 def _load(path):
-  """(mujoco MjModel, our Model) of a file path or of the inline 'wrap_zoo' model."""
-  if path == 'wrap_zoo':
-    return mujoco.MjModel.from_xml_string(WRAP_ZOO), mjx_py.from_xml_string(WRAP_ZOO)
-  return mujoco.MjModel.from_xml_path(path), mjx_py.from_xml_path(path)
+  """(our Model, MjModel) of a file path or of the inline 'wrap_zoo' model."""
+  return oracle.both(WRAP_ZOO) if path == 'wrap_zoo' else oracle.both(path=path)
 
 
 def _position(m, d):
@@ -104,33 +96,6 @@ def _position(m, d):
 _POSITION = jax.jit(_position)
 
 
-def _with_state(m, qpos, mocap_pos=None, mocap_quat=None):
-  d = mjx_py.make_data(m)
-  fields = {'qpos': jnp.asarray(qpos)}
-  if mocap_pos is not None:
-    fields.update(mocap_pos=jnp.asarray(mocap_pos), mocap_quat=jnp.asarray(mocap_quat))
-  return dataclasses.replace(d, **fields)
-
-
-def _mujoco_ten_j(mj, md):
-  """ten_J as a dense (ntendon, nv) array (MuJoCo stores it compressed in sparse mode)."""
-  if mujoco.mj_isSparse(mj) and mj.ntendon:
-    dense = np.zeros((mj.ntendon, mj.nv))
-    mujoco.mju_sparse2dense(dense, md.ten_J.reshape(-1), md.ten_J_rownnz, md.ten_J_rowadr,
-                            md.ten_J_colind.reshape(-1))
-    return dense
-  return md.ten_J.reshape(mj.ntendon, mj.nv)
-
-
-def _mujoco_moment(mj, md):
-  """actuator_moment as a dense (nu, nv) array (stored compressed in 3.3.3)."""
-  dense = np.zeros((mj.nu, mj.nv))
-  if mj.nu:
-    mujoco.mju_sparse2dense(dense, md.actuator_moment.reshape(-1), md.moment_rownnz,
-                            md.moment_rowadr, md.moment_colind.reshape(-1))
-  return dense
-
-
 def _close(ours, ref, name):
   np.testing.assert_allclose(np.asarray(ours), np.asarray(ref).reshape(np.shape(ours)),
                              rtol=1e-10, atol=1e-12, err_msg=name)
@@ -140,17 +105,17 @@ def _close(ours, ref, name):
 def test_tendon_and_transmission_match_mujoco(path):
   rng = np.random.default_rng(0)
   with jax.enable_x64(True):
-    mj, m = _load(path)
+    m, mj = _load(path)
     # no contacts: the adhesion (body) transmission has no contact Jacobians to average yet
     mj.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
     md = mujoco.MjData(mj)
     for _ in range(6):
-      qpos, mpos, mquat = random_state(mj, rng)
-      md.qpos[:], md.mocap_pos[:], md.mocap_quat[:] = qpos, mpos, mquat
+      state = random_state(mj, rng)
+      oracle.write_state(md, state)
       mujoco.mj_forward(mj, md)
-      d = _POSITION(m, _with_state(m, qpos, mpos, mquat))
+      d = _POSITION(m, oracle.make_data(m, **state.fields()))
       _close(d.ten_length, md.ten_length, 'ten_length')
-      _close(d.ten_J, _mujoco_ten_j(mj, md), 'ten_J')
+      _close(d.ten_J, oracle.dense_ten_J(mj, md), 'ten_J')
       np.testing.assert_array_equal(np.asarray(d.ten_wrapadr), md.ten_wrapadr)
       np.testing.assert_array_equal(np.asarray(d.ten_wrapnum), md.ten_wrapnum)
       npnt = int(md.ten_wrapnum.sum())  # MuJoCo leaves the entries past the path stale
@@ -158,18 +123,18 @@ def test_tendon_and_transmission_match_mujoco(path):
       np.testing.assert_array_equal(np.asarray(d.wrap_obj)[:npnt],
                                     md.wrap_obj.reshape(-1)[:npnt])
       _close(d.actuator_length, md.actuator_length, 'actuator_length')
-      _close(d.actuator_moment, _mujoco_moment(mj, md), 'actuator_moment')
+      _close(d.actuator_moment, oracle.dense_moment(mj, md), 'actuator_moment')
 
 
 def test_wrap_zoo_covers_every_wrap_kind():
   """The inline model really reaches inside wraps (two equal tangent points), outside wraps
   and straight segments at the states the parity test uses."""
-  mj, _ = _load('wrap_zoo')
+  _, mj = _load('wrap_zoo')
   md = mujoco.MjData(mj)
   rng = np.random.default_rng(0)
   inside = outside = straight = 0
   for _ in range(6):
-    md.qpos[:] = random_state(mj, rng)[0]
+    md.qpos[:] = random_state(mj, rng).qpos
     mujoco.mj_forward(mj, md)
     obj = md.wrap_obj.reshape(-1)
     pts = md.wrap_xpos.reshape(-1, 3)
@@ -191,7 +156,7 @@ def test_wrap_zoo_covers_every_wrap_kind():
 def _grad_and_jacobian(m, weights):
   """Jitted qpos -> (gradient of weights . ten_length, ten_J), one compilation."""
   def weighted(qpos):
-    d = _position(m, _with_state(m, qpos))
+    d = _position(m, oracle.make_data(m, qpos=qpos))
     return jnp.dot(weights, d.ten_length), d.ten_J
   return jax.jit(jax.grad(weighted, has_aux=True))
 
@@ -206,7 +171,7 @@ def _touching_qpos(mj, md, rng):
     return md.ten_wrapnum[0]
 
   while True:
-    qa, qb = random_state(mj, rng)[0], random_state(mj, rng)[0]
+    qa, qb = random_state(mj, rng).qpos, random_state(mj, rng).qpos
     if count(qa) != count(qb):
       break
   na = count(qa)
@@ -238,12 +203,12 @@ def test_tendon_length_gradient_finite_and_equal_to_jacobian():
   path = os.path.join(ROOT, 'models', 'finger_tendon.xml')
   rng = np.random.default_rng(3)
   with jax.enable_x64(True):
-    mj, m = _load(path)
+    m, mj = _load(path)
     md = mujoco.MjData(mj)
     weights = jnp.asarray(rng.uniform(0.5, 2.0, mj.ntendon))
 
     grad = _grad_and_jacobian(m, weights)
-    states = [random_state(mj, rng)[0] for _ in range(4)]
+    states = [random_state(mj, rng).qpos for _ in range(4)]
     wrapped, straight = _touching_qpos(mj, md, rng)
     assert np.max(np.abs(wrapped - straight)) < 1e-12
     assert min(_arc_chords(mj, md, wrapped)) < 1e-6  # the new wrap starts with a zero arc
@@ -258,12 +223,12 @@ def test_gradients_float32_through_every_wrap_kind():
   are finite and match w^T ten_J at states with inside, outside and no wraps (the inside wrap's
   Newton solve is differentiated implicitly; its point is only stationary to MuJoCo's 1e-6
   tolerance, hence the loose bound)."""
-  mj, m = _load('wrap_zoo')
+  m, mj = _load('wrap_zoo')
   rng = np.random.default_rng(4)
   weights = jnp.asarray(rng.uniform(0.5, 2.0, mj.ntendon), jnp.float32)
   grad = _grad_and_jacobian(m, weights)
   for _ in range(6):
-    g, ten_j = grad(jnp.asarray(random_state(mj, rng)[0], jnp.float32))
+    g, ten_j = grad(jnp.asarray(random_state(mj, rng).qpos, jnp.float32))
     assert np.all(np.isfinite(np.asarray(g)))
     ref = np.asarray(weights @ ten_j)
     np.testing.assert_allclose(g, ref, rtol=1e-3, atol=1e-3 * np.max(np.abs(ref)))
@@ -273,13 +238,13 @@ def test_transmission_gradients_finite_float32():
   """float32 reverse-mode gradients of every actuator length and moment (joint, ball and free
   with jointinparent, slider-crank, site with and without refsite, tendons) stay finite, also
   at qpos0 where the ball and free quaternions are the identity."""
-  mj, m = _load(os.path.join(ROOT, 'tests', 'models', 'actuators_general.xml'))
+  m, mj = _load(os.path.join(ROOT, 'tests', 'models', 'actuators_general.xml'))
   rng = np.random.default_rng(5)
 
   def total(qpos):
-    d = _position(m, _with_state(m, qpos))
+    d = _position(m, oracle.make_data(m, qpos=qpos))
     return jnp.sum(d.actuator_length) + jnp.sum(d.actuator_moment)
 
   grad = jax.jit(jax.grad(total))
-  for qpos in [mj.qpos0] + [random_state(mj, rng)[0] for _ in range(4)]:
+  for qpos in [mj.qpos0] + [random_state(mj, rng).qpos for _ in range(4)]:
     assert np.all(np.isfinite(np.asarray(grad(jnp.asarray(qpos, jnp.float32)))))

@@ -9,57 +9,27 @@ are separate stages); everything else is computed here from qpos and qvel. Also:
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 
 import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
+import oracle
 import pytest
+from oracle import MODELS, ROOT
 
-import mjx_py
 from mjx_py import inertia, kinematics, passive, velocity
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODELS = sorted(glob.glob(os.path.join(ROOT, 'models', '*.xml')) +
-                glob.glob(os.path.join(ROOT, 'tests', 'models', '*.xml')))
 FIELDS = ('cvel', 'cdof_dot', 'qfrc_bias', 'qfrc_spring', 'qfrc_damper', 'qfrc_gravcomp',
           'qfrc_fluid', 'qfrc_passive', 'ten_velocity', 'actuator_velocity', 'subtree_linvel',
           'subtree_angmom')
 DSBL_PASSIVE, DSBL_GRAVITY = 1 << 5, 1 << 6
 
 
-def random_state(mj, rng, vel_scale=1.0):
-  qpos = mj.qpos0 + 0.3 * rng.standard_normal(mj.nq)
-  for j in range(mj.njnt):
-    adr = mj.jnt_qposadr[j]
-    if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
-      qpos[adr + 3:adr + 7] /= np.linalg.norm(qpos[adr + 3:adr + 7])
-    elif mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
-      qpos[adr:adr + 4] /= np.linalg.norm(qpos[adr:adr + 4])
-  qvel = vel_scale * rng.standard_normal(mj.nv)
-  mocap_pos = mj.body_pos[mj.body_mocapid >= 0] if mj.nmocap else np.zeros((0, 3))
-  mocap_pos = mocap_pos + 0.1 * rng.standard_normal(mocap_pos.shape)
-  mocap_quat = rng.standard_normal((mj.nmocap, 4))
-  return qpos, qvel, mocap_pos, mocap_quat
-
-
-def _dense(mj, md, name):
-  """MuJoCo's ten_J / actuator_moment as dense (rows, nv) arrays."""
-  if name == 'ten_J':
-    if not mujoco.mj_isSparse(mj) or not mj.ntendon:
-      return md.ten_J.reshape(mj.ntendon, mj.nv).copy()
-    rows, nnz, adr, col = mj.ntendon, md.ten_J_rownnz, md.ten_J_rowadr, md.ten_J_colind
-    values = md.ten_J
-  else:
-    rows, nnz, adr, col = mj.nu, md.moment_rownnz, md.moment_rowadr, md.moment_colind
-    values = md.actuator_moment
-  out = np.zeros((rows, mj.nv))
-  for i in range(rows):
-    sl = slice(adr[i], adr[i] + nnz[i])
-    out[i, col[sl]] = values[sl]
-  return out
+def _random_state(mj, rng):
+  """Random qpos, qvel and mocap poses."""
+  return oracle.random_state(mj, rng, qvel_scale=1.0)
 
 
 def _velocity_pipeline(m, d):
@@ -76,24 +46,27 @@ def _velocity_pipeline(m, d):
 _PIPELINE = jax.jit(_velocity_pipeline)
 
 
-def _replace(d, **kw):
-  return dataclasses.replace(d, **{k: jnp.asarray(v) for k, v in kw.items()})
-
-
 def _inputs(m, mj, md, state):
   """Our Data at ``state``, with MuJoCo's tendon and transmission outputs injected."""
-  qpos, qvel, mpos, mquat = state
-  d = mjx_py.make_data(m)
-  return _replace(d, qpos=qpos, qvel=qvel, mocap_pos=mpos, mocap_quat=mquat,
-                  ten_J=_dense(mj, md, 'ten_J'), ten_length=md.ten_length.copy(),
-                  actuator_moment=_dense(mj, md, 'actuator_moment'))
+  return oracle.make_data(m, **state.fields(), ten_J=oracle.dense_ten_J(mj, md),
+                          ten_length=md.ten_length.copy(),
+                          actuator_moment=oracle.dense_moment(mj, md))
 
 
 def _reference(mj, md, state):
-  qpos, qvel, mpos, mquat = state
-  md.qpos[:], md.qvel[:], md.mocap_pos[:], md.mocap_quat[:] = qpos, qvel, mpos, mquat
+  oracle.write_state(md, state)
   mujoco.mj_forward(mj, md)
   mujoco.mj_subtreeVel(mj, md)   # only run by mj_forward when a sensor needs it
+
+
+def _at_random_state(name, seed):
+  """(our Model, MjModel, MjData, state, our Data) at a random state of the model ``name``,
+  with MuJoCo's forward pass done; our Model takes the caller's precision."""
+  m, mj = oracle.both(path=os.path.join(ROOT, name))
+  md = mujoco.MjData(mj)
+  state = _random_state(mj, np.random.default_rng(seed))
+  _reference(mj, md, state)
+  return m, mj, md, state, _inputs(m, mj, md, state)
 
 
 def _compare(d, md, fields=FIELDS, rtol=1e-8):
@@ -108,24 +81,23 @@ def _compare(d, md, fields=FIELDS, rtol=1e-8):
 def _check_model(path, flags_on=0, flags_off=0, nstate=3, seed=0, **opt):
   """Compares from random states; ``opt`` overrides real-valued options in both engines."""
   rng = np.random.default_rng(seed)
-  mj = mujoco.MjModel.from_xml_path(path)
-  mj.opt.disableflags = (mj.opt.disableflags | flags_on) & ~flags_off
-  for name, value in opt.items():
-    setattr(mj.opt, name, value)
-  md = mujoco.MjData(mj)
   with jax.enable_x64(True):
-    m = mjx_py.from_xml_path(path)
+    m, mj = oracle.both(path=path)
+    mj.opt.disableflags = (mj.opt.disableflags | flags_on) & ~flags_off
+    for name, value in opt.items():
+      setattr(mj.opt, name, value)
+    md = mujoco.MjData(mj)
     opt = {k: jnp.asarray(v, jnp.float64) for k, v in opt.items()}
     m = dataclasses.replace(m, opt=dataclasses.replace(
         m.opt, disableflags=int(mj.opt.disableflags), **opt))
     for _ in range(nstate):
-      state = random_state(mj, rng)
+      state = _random_state(mj, rng)
       _reference(mj, md, state)
       d = _PIPELINE(m, _inputs(m, mj, md, state))
       _compare(d, md)
 
 
-@pytest.mark.parametrize('path', MODELS, ids=[os.path.relpath(p, ROOT) for p in MODELS])
+@pytest.mark.parametrize('path', MODELS, ids=[oracle.model_id(p) for p in MODELS])
 def test_velocity_stage_matches_mujoco(path):
   _check_model(path)
 
@@ -167,18 +139,15 @@ def test_fluid_model_exercises_both_fluid_models():
 
 def test_unnormalized_quaternions():
   """Ball/free springs and kinematics normalise the joint quaternions, as MuJoCo does."""
-  path = os.path.join(ROOT, 'tests/models/fluid_ellipsoid.xml')
   rng = np.random.default_rng(3)
-  mj = mujoco.MjModel.from_xml_path(path)
-  md = mujoco.MjData(mj)
   with jax.enable_x64(True):
-    m = mjx_py.from_xml_path(path)
-    qpos, qvel, mpos, mquat = random_state(mj, rng)
+    m, mj = oracle.both(path=os.path.join(ROOT, 'tests/models/fluid_ellipsoid.xml'))
+    md = mujoco.MjData(mj)
+    state = _random_state(mj, rng)
     for j in range(mj.njnt):
       adr = mj.jnt_qposadr[j] + (3 if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE else 0)
       if mj.jnt_type[j] in (mujoco.mjtJoint.mjJNT_FREE, mujoco.mjtJoint.mjJNT_BALL):
-        qpos[adr:adr + 4] *= 1.7
-    state = (qpos, qvel, mpos, mquat)
+        state.qpos[adr:adr + 4] *= 1.7
     _reference(mj, md, state)
     d = _PIPELINE(m, _inputs(m, mj, md, state))
     _compare(d, md, fields=('qfrc_spring', 'qfrc_bias', 'qfrc_passive'))
@@ -190,23 +159,16 @@ GRAD_MODELS = ['tests/models/fluid_ellipsoid.xml', 'tests/models/tendons_spatial
 
 @pytest.mark.parametrize('name', GRAD_MODELS)
 def test_gradients_are_finite(name):
-  path = os.path.join(ROOT, name)
-  rng = np.random.default_rng(2)
-  mj = mujoco.MjModel.from_xml_path(path)
-  md = mujoco.MjData(mj)
   with jax.enable_x64(True):
-    m = mjx_py.from_xml_path(path)
-    state = random_state(mj, rng)
-    _reference(mj, md, state)
-    d0 = _inputs(m, mj, md, state)
+    m, mj, _, state, d0 = _at_random_state(name, 2)
 
     def total(qpos, qvel):
       d = _velocity_pipeline(m, dataclasses.replace(d0, qpos=qpos, qvel=qvel))
       return jnp.sum(d.qfrc_bias + d.qfrc_passive)
 
     grad = jax.jit(jax.grad(total, argnums=(0, 1)))
-    qpos = jnp.asarray(state[0])
-    for qvel in (jnp.asarray(state[1]), jnp.zeros(mj.nv)):
+    qpos = jnp.asarray(state.qpos)
+    for qvel in (jnp.asarray(state.qvel), jnp.zeros(mj.nv)):
       gq, gv = grad(qpos, qvel)
       assert np.all(np.isfinite(gq)) and np.all(np.isfinite(gv)), name
     # also with the qpos at the spring reference (zero spring displacement, identity quats)
@@ -216,20 +178,13 @@ def test_gradients_are_finite(name):
 
 def test_fluid_gradient_matches_finite_differences():
   """d(qfrc_fluid)/d(qvel) by autodiff against central differences (smooth away from 0)."""
-  path = os.path.join(ROOT, 'tests/models/fluid_ellipsoid.xml')
-  rng = np.random.default_rng(4)
-  mj = mujoco.MjModel.from_xml_path(path)
-  md = mujoco.MjData(mj)
   with jax.enable_x64(True):
-    m = mjx_py.from_xml_path(path)
-    state = random_state(mj, rng)
-    _reference(mj, md, state)
-    d0 = _inputs(m, mj, md, state)
+    m, mj, _, state, d0 = _at_random_state('tests/models/fluid_ellipsoid.xml', 4)
 
     def fluid(qvel):
       return _velocity_pipeline(m, dataclasses.replace(d0, qvel=qvel)).qfrc_fluid
 
-    qvel = jnp.asarray(state[1])
+    qvel = jnp.asarray(state.qvel)
     jac = jax.jit(jax.jacfwd(fluid))(qvel)
     f = jax.jit(fluid)
     eps = 1e-6
@@ -241,14 +196,7 @@ def test_fluid_gradient_matches_finite_differences():
 def test_float32():
   """Default precision: the fluid model agrees with MuJoCo to float32 accuracy, and the
   gradients stay finite at qvel = 0."""
-  path = os.path.join(ROOT, 'tests/models/fluid_ellipsoid.xml')
-  rng = np.random.default_rng(5)
-  mj = mujoco.MjModel.from_xml_path(path)
-  md = mujoco.MjData(mj)
-  m = mjx_py.from_xml_path(path)
-  state = random_state(mj, rng)
-  _reference(mj, md, state)
-  d0 = _inputs(m, mj, md, state)
+  m, mj, md, _, d0 = _at_random_state('tests/models/fluid_ellipsoid.xml', 5)
   d = _PIPELINE(m, d0)
   for name in FIELDS:
     got = np.asarray(getattr(d, name))

@@ -1,0 +1,171 @@
+"""Shared helpers for the tests that compare mjx_py with MuJoCo (the oracle).
+
+Holds the test model paths, the loader that builds both engines' models from one XML, the random
+states the parity tests start from, the writing of a state into MuJoCo's MjData and into our Data,
+and the dense forms of MuJoCo's compressed outputs (actuator_moment, ten_J, qM, qDeriv).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import re
+
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+
+import mjx_py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# every test model: the bundled ones and the feature models under tests/models
+MODELS = sorted(glob.glob(os.path.join(ROOT, 'models', '*.xml')) +
+                glob.glob(os.path.join(ROOT, 'tests', 'models', '*.xml')))
+
+
+def model_id(path):
+  """The test id of a model file: its path relative to the repository root."""
+  return os.path.relpath(path, ROOT)
+
+
+# ---------------------------------------------------------------------------------------------
+# models
+
+def read(path):
+  with open(path) as f:
+    return f.read()
+
+
+def with_option(xml, option):
+  """The model with an <option> section appended (it wins over the model's own)."""
+  return re.sub(r'</mujoco>\s*$', option + '</mujoco>', xml)
+
+
+def both(xml=None, path=None):
+  """(our Model, MjModel) from one XML text, or from the file ``path`` (which resolves includes).
+
+  Our Model takes the caller's precision: build it inside ``jax.enable_x64(True)`` for float64.
+  """
+  if path is not None:
+    return mjx_py.from_xml_path(path), mujoco.MjModel.from_xml_path(path)
+  return mjx_py.from_xml_string(xml), mujoco.MjModel.from_xml_string(xml)
+
+
+# ---------------------------------------------------------------------------------------------
+# states
+
+@dataclasses.dataclass
+class State:
+  """A random state; the parts that were not asked for are None."""
+  qpos: np.ndarray
+  qvel: np.ndarray | None = None
+  mocap_pos: np.ndarray | None = None
+  mocap_quat: np.ndarray | None = None
+  ctrl: np.ndarray | None = None
+  act: np.ndarray | None = None
+  time: float | None = None
+
+  def fields(self):
+    """The parts that were drawn, by Data field name."""
+    return {k: v for k, v in vars(self).items() if v is not None}
+
+
+def random_state(mj, rng, *, qpos_scale=0.3, qvel_scale=None, mocap=True, ctrl_frac=None,
+                 ctrl_scale=1.0, act_range=None, time_range=None):
+  """A random State of ``mj``, drawn from ``rng`` in a fixed order (qpos, qvel, mocap, ctrl, act,
+  time); each part after qpos is drawn only when asked for, so a test's numbers depend only on
+  its own options.
+
+  qpos: qpos0 + qpos_scale * normal, free and ball quaternions normalised.
+  qvel: qvel_scale * normal (if qvel_scale is given).
+  mocap (if mocap): body_pos of the mocap bodies + 0.1 * normal, unnormalised normal quaternions.
+  ctrl (if ctrl_frac = (lo, hi) is given): controls with a ctrlrange uniform over that fraction
+  of it (lo < 0 or hi > 1 reach beyond the range), the others ctrl_scale * normal.
+  act (if act_range is given) uniform over it; time (if time_range is given) uniform over it.
+  """
+  qpos = mj.qpos0 + qpos_scale * rng.standard_normal(mj.nq)
+  for j in range(mj.njnt):
+    adr = mj.jnt_qposadr[j]
+    if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+      qpos[adr + 3:adr + 7] /= np.linalg.norm(qpos[adr + 3:adr + 7])
+    elif mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
+      qpos[adr:adr + 4] /= np.linalg.norm(qpos[adr:adr + 4])
+  state = State(qpos)
+  if qvel_scale is not None:
+    state.qvel = qvel_scale * rng.standard_normal(mj.nv)
+  if mocap:
+    mocap_pos = mj.body_pos[mj.body_mocapid >= 0] if mj.nmocap else np.zeros((0, 3))
+    state.mocap_pos = mocap_pos + 0.1 * rng.standard_normal(mocap_pos.shape)
+    state.mocap_quat = rng.standard_normal((mj.nmocap, 4))
+  if ctrl_frac is not None:
+    lo, hi = mj.actuator_ctrlrange.T
+    in_range = lo + (hi - lo) * rng.uniform(*ctrl_frac, mj.nu)
+    state.ctrl = np.where(mj.actuator_ctrllimited > 0, in_range,
+                          ctrl_scale * rng.standard_normal(mj.nu))
+  if act_range is not None:
+    state.act = rng.uniform(*act_range, mj.na)
+  if time_range is not None:
+    state.time = rng.uniform(*time_range)
+  return state
+
+
+def write_state(md, state):
+  """Copies the drawn parts of ``state`` into MuJoCo's MjData."""
+  for name, value in state.fields().items():
+    if name == 'time':
+      md.time = value
+    else:
+      getattr(md, name)[:] = value
+
+
+def replace(d, **fields):
+  """Our Data ``d`` with ``fields`` replaced (as jax arrays of the caller's precision)."""
+  return dataclasses.replace(d, **{k: jnp.asarray(v) for k, v in fields.items()})
+
+
+def make_data(m, **fields):
+  """A fresh Data of our Model ``m`` holding ``fields``."""
+  return replace(mjx_py.make_data(m), **fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# MuJoCo's compressed outputs as dense arrays
+
+def sparse_rows(mj, vals, rownnz, rowadr, colind, nrow):
+  """(nrow, nv) dense form of MuJoCo's row-compressed ``vals``."""
+  out = np.zeros((nrow, mj.nv))
+  if nrow:
+    mujoco.mju_sparse2dense(out, np.asarray(vals).reshape(-1), rownnz, rowadr,
+                            np.asarray(colind).reshape(-1))
+  return out
+
+
+def dense_moment(mj, md):
+  """actuator_moment as a dense (nu, nv) array (stored compressed in 3.3.3)."""
+  return sparse_rows(mj, md.actuator_moment, md.moment_rownnz, md.moment_rowadr,
+                     md.moment_colind, mj.nu)
+
+
+def dense_ten_J(mj, md):
+  """ten_J as a dense (ntendon, nv) array (MuJoCo stores it compressed in sparse mode)."""
+  if mj.ntendon and mujoco.mj_isSparse(mj):
+    return sparse_rows(mj, md.ten_J, md.ten_J_rownnz, md.ten_J_rowadr, md.ten_J_colind,
+                       mj.ntendon)
+  return np.array(md.ten_J).reshape(mj.ntendon, mj.nv)
+
+
+def dense_qM(mj, md):
+  """The joint-space inertia qM as a dense (nv, nv) array."""
+  full = np.zeros((mj.nv, mj.nv))
+  mujoco.mj_fullM(mj, full, md.qM)
+  return full
+
+
+def dense_qderiv(mj, md):
+  """qDeriv (d force / d qvel, compressed in the D_ layout) as a dense (nv, nv) array."""
+  out = np.zeros((mj.nv, mj.nv))
+  for i in range(mj.nv):
+    adr = md.D_rowadr[i] + np.arange(md.D_rownnz[i])
+    out[i, md.D_colind[adr]] = md.qDeriv[adr]
+  return out

@@ -1,0 +1,146 @@
+"""mjx_py.set_const (JAX mj_setConst) against MuJoCo 3.3.3, in float64.
+
+1. Compiled models: the recomputed fields, zeroed first, must come back equal to MjModel's by
+   name; the statistics equal those of ``mujoco.mj_setConst`` (which, like set_const,
+   overwrites any ``<statistic>`` override).
+2. Domain randomization: ``jax.vmap(set_const)`` over worlds whose masses, inertias, dof
+   armature, gears and (spatial tendons) wrap-geom radii and tendon armature are scaled per
+   world equals ``mj_setConst`` on an MjModel edited the same way.
+3. Gradients of the constants with respect to body_mass are finite and agree with central
+   finite differences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+
+import mjx_py
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = ['models/humanoid.xml', 'models/arm7.xml', 'models/muscle_arm.xml',
+          'models/finger_tendon.xml', 'models/chain20.xml',
+          'tests/models/actuators_general.xml',   # every transmission and joint type
+          'tests/models/tendons_spatial.xml',     # pulleys, wrapping, tendon armature
+          'tests/models/mocap_gravcomp.xml']      # mocap bodies, free bodies with children
+FIELDS = ('body_subtreemass', 'dof_M0', 'dof_invweight0', 'body_invweight0', 'tendon_length0',
+          'tendon_invweight0', 'actuator_length0', 'actuator_acc0')
+STATS = ('meaninertia', 'meanmass', 'meansize', 'extent', 'center')
+RTOL, ATOL = 1e-9, 1e-12
+
+set_const = jax.jit(mjx_py.set_const)   # shared: one trace per model
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+  with jax.enable_x64(True):
+    yield
+
+
+def _load(name):
+  path = os.path.join(ROOT, name)
+  return path, mjx_py.from_xml_path(path), mujoco.MjModel.from_xml_path(path)
+
+
+def _zeroed(m):
+  return dataclasses.replace(m, **{f: jnp.zeros_like(getattr(m, f)) for f in FIELDS})
+
+
+def _compare(out, mj, label):
+  for f in FIELDS:
+    got = np.asarray(getattr(out, f))
+    np.testing.assert_allclose(got, getattr(mj, f).reshape(got.shape), rtol=RTOL, atol=ATOL,
+                               err_msg=f'{label}: {f}')
+
+
+def _compare_stats(stat, mj, label):
+  for f in STATS:
+    np.testing.assert_allclose(np.asarray(getattr(stat, f)), getattr(mj.stat, f), rtol=RTOL,
+                               atol=ATOL, err_msg=f'{label}: stat.{f}')
+
+
+def _set_const_mujoco(mj):
+  mujoco.mj_setConst(mj, mujoco.MjData(mj))
+  return mj
+
+
+@pytest.mark.parametrize('name', MODELS)
+def test_constants_match_compiled_model(name):
+  path, m, mj = _load(name)
+  out = set_const(_zeroed(m))
+  _compare(out, mj, name)
+  _compare_stats(out.stat, _set_const_mujoco(mujoco.MjModel.from_xml_path(path)), name)
+
+
+def _batched(m, scaled: dict):
+  """Model with a leading world axis on the fields of ``scaled`` (name -> (worlds, ...) array)
+  and the in_axes tree that maps over exactly those."""
+  axes = jax.tree_util.tree_map(lambda _: None, m)
+  axes = dataclasses.replace(axes, **{k: 0 for k in scaled})
+  return dataclasses.replace(m, **{k: jnp.asarray(v) for k, v in scaled.items()}), axes
+
+
+def _randomize(name, factors):
+  """Per-world scaled fields: name -> (worlds, ...) arrays (scaled the same way in mujoco)."""
+  _, m, mj = _load(name)
+  rng = np.random.default_rng(0)
+  nworld = len(factors)
+  f = np.asarray(factors)
+  scaled = {'body_mass': f[:, None] * mj.body_mass,
+            'body_inertia': f[:, None, None] * mj.body_inertia,
+            'dof_armature': f[::-1, None] * (mj.dof_armature + 0.01)}
+  if mj.nu:
+    scaled['actuator_gear'] = (1 + 0.2 * rng.standard_normal((nworld, mj.nu, 1))) * mj.actuator_gear
+  if np.any(mj.tendon_armature > 0):
+    scaled['tendon_armature'] = f[:, None] ** 2 * mj.tendon_armature
+  wrap_geom = mj.wrap_objid[(mj.wrap_type == 4) | (mj.wrap_type == 5)]
+  if wrap_geom.size:   # wrapping spheres/cylinders slightly smaller or bigger
+    size = np.repeat(mj.geom_size[None], nworld, axis=0)
+    size[:, wrap_geom, 0] *= (0.9 + 0.1 * np.arange(nworld))[:, None]
+    scaled['geom_size'] = size
+  return m, scaled
+
+
+@pytest.mark.parametrize('name', ['models/humanoid.xml', 'tests/models/tendons_spatial.xml'])
+def test_vmap_domain_randomization(name):
+  m, scaled = _randomize(name, [0.5, 1.0, 1.7])
+  mb, axes = _batched(m, scaled)
+  out = jax.jit(jax.vmap(mjx_py.set_const, in_axes=(axes,)))(mb)
+  for w in range(3):
+    mj = mujoco.MjModel.from_xml_path(os.path.join(ROOT, name))
+    for k, v in scaled.items():
+      getattr(mj, k)[:] = v[w]
+    _set_const_mujoco(mj)
+    world = jax.tree_util.tree_map(lambda x, w=w: x[w], out)
+    _compare(world, mj, f'{name} world {w}')
+    _compare_stats(world.stat, mj, f'{name} world {w}')
+  # the worlds differ where the scaling matters
+  assert not np.allclose(out.dof_M0[0], out.dof_M0[2])
+
+
+def test_gradient_wrt_body_mass_is_finite():
+  _, m, _ = _load('tests/models/actuators_general.xml')
+
+  def scalar(mass):
+    out = mjx_py.set_const(dataclasses.replace(m, body_mass=mass))
+    return (jnp.sum(out.actuator_acc0) + jnp.sum(out.body_invweight0)
+            + jnp.sum(out.dof_invweight0) + jnp.sum(out.tendon_invweight0)
+            + out.stat.meaninertia + out.stat.meanmass)
+
+  value_and_grad = jax.jit(jax.value_and_grad(scalar))
+  value, grad = value_and_grad(m.body_mass)
+  grad = np.asarray(grad)
+  assert np.all(np.isfinite(grad)) and np.isfinite(value)
+  assert np.any(grad[1:] != 0)
+  # central finite difference along a random direction that keeps the masses positive
+  direction = np.random.default_rng(1).uniform(0.5, 1.5, m.nbody) * np.asarray(m.body_mass)
+  eps = 1e-6
+  plus = value_and_grad(m.body_mass + eps * direction)[0]
+  minus = value_and_grad(m.body_mass - eps * direction)[0]
+  np.testing.assert_allclose(grad @ direction, (plus - minus) / (2 * eps), rtol=1e-5)
