@@ -72,15 +72,19 @@ def _body_local(m, inp):
     (maxjnt slots, padded with type -1): jtype, jpos, jaxis, qpos (7 values from the joint's
     qpos address), qpos0 (1 value).
   """
-  pos, quat = inp['pos'], inp['quat']
-  anchors, axes = [], []
-  for k in range(inp['jtype'].shape[0]):  # joints of this body in order (at most 6)
-    pos, quat, anchor, axis = _joint_pose(pos, quat, inp['jtype'][k], inp['jaxis'][k],
-                                          inp['jpos'][k], inp['qpos'][k], inp['qpos0'][k],
-                                          m.jnt_types)
-    anchors.append(anchor)
-    axes.append(axis)
-  return {'pos': pos, 'quat': quat, 'anchor': jnp.stack(anchors), 'axis': jnp.stack(axes)}
+  def slot(frame, j):
+    pos, quat, anchor, axis = _joint_pose(frame[0], frame[1], j['jtype'], j['jaxis'],
+                                          j['jpos'], j['qpos'], j['qpos0'], m.jnt_types)
+    return (pos, quat), (anchor, axis)
+
+  joints = {k: inp[k] for k in ('jtype', 'jaxis', 'jpos', 'qpos', 'qpos0')}
+  if inp['jtype'].shape[0] == 1:
+    (pos, quat), (anchor, axis) = slot((inp['pos'], inp['quat']),
+                                       jax.tree_util.tree_map(lambda x: x[0], joints))
+    anchors, axes = anchor[None], axis[None]
+  else:  # joints of the body in order: a scan over the slots, traced once
+    (pos, quat), (anchors, axes) = jax.lax.scan(slot, (inp['pos'], inp['quat']), joints)
+  return {'pos': pos, 'quat': quat, 'anchor': anchors, 'axis': axes}
 
 
 def _compose(parent, local):
