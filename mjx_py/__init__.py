@@ -18,14 +18,15 @@ from .model import Model, Option, Statistic, name2id, put_model
 from .setconst import set_const
 
 
-def from_xml_string(xml: str, assets: dict | None = None) -> Model:
-  """Compiles MJCF text into a Model. ``assets`` maps file names to contents (for includes)."""
-  return put_model(mjcf.compile_string(xml, assets))
+def from_xml_string(xml: str, assets: dict | None = None, nconmax: int | None = None) -> Model:
+  """Compiles MJCF text into a Model. ``assets`` maps file names to contents (for includes);
+  ``nconmax`` overrides the contact buffer's capacity (see ``put_model``)."""
+  return put_model(mjcf.compile_string(xml, assets), nconmax=nconmax)
 
 
-def from_xml_path(path, assets: dict | None = None) -> Model:
-  """Compiles an MJCF file into a Model."""
-  return put_model(mjcf.compile_file(path, assets))
+def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None) -> Model:
+  """Compiles an MJCF file into a Model (``nconmax``: see ``from_xml_string``)."""
+  return put_model(mjcf.compile_file(path, assets), nconmax=nconmax)
 
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',

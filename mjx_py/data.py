@@ -29,6 +29,8 @@ Shapes (MuJoCo's names and sizes); all floats in the default JAX float dtype, co
   ten_wrapadr, ten_wrapnum  (ntendon,) int32: each tendon's points in wrap_xpos/wrap_obj
   energy             (2,)            potential and kinetic energy
   warning_counts     (8,)            MuJoCo's warning counters (mjtWarning order), int32
+  contact            Contact         contact buffer, nconmax rows (see Contact)
+  ncon               ()              number of contacts: rows [0, ncon) of contact, int32
 
 ``make_data(m)`` gives MuJoCo's reset state (``mj_resetData``): qpos = qpos0, mocap poses from
 the mocap bodies, eq_active = eq_active0, everything else zero. Later pipeline stages fill the
@@ -80,7 +82,57 @@ _INT_FIELDS = {'eq_active': lambda m: (m.neq,), 'warning_counts': lambda m: (NWA
                'wrap_obj': lambda m: (2 * m.nwrap,), 'ten_wrapadr': lambda m: (m.ntendon,),
                'ten_wrapnum': lambda m: (m.ntendon,)}
 
-_FIELD_NAMES = [n for n, _ in _SHAPES] + list(_INT_FIELDS)
+# mjContact: (name, trailing shape, kind: f float / i int32)
+CONTACT_FIELDS = (
+    ('dist', (), 'f'), ('pos', (3,), 'f'), ('frame', (9,), 'f'), ('includemargin', (), 'f'),
+    ('friction', (5,), 'f'), ('solref', (2,), 'f'), ('solreffriction', (2,), 'f'),
+    ('solimp', (5,), 'f'), ('mu', (), 'f'), ('H', (36,), 'f'), ('dim', (), 'i'),
+    ('geom1', (), 'i'), ('geom2', (), 'i'), ('geom', (2,), 'i'), ('exclude', (), 'i'),
+    ('efc_address', (), 'i'),
+)
+EMPTY_DIST = 1e10  # dist of an unused contact row (mjMAXVAL)
+
+Contact = dataclasses.make_dataclass('Contact', [(n, object) for n, _, _ in CONTACT_FIELDS],
+                                     frozen=True, eq=False)
+Contact.__doc__ = """The contact buffer (MuJoCo's mjContact fields, one row per contact).
+
+Every field has a leading axis of size m.nconmax (the static capacity); rows [0, d.ncon) hold
+the contacts in MuJoCo's order, the others geom1 = geom2 = geom = -1 and dist = 1e10.
+
+  dist           (nconmax,)     signed distance (negative: penetration)
+  pos            (nconmax, 3)   contact point, midway between the surfaces (world frame)
+  frame          (nconmax, 9)   rows normal (from geom1 to geom2), tangent1, tangent2
+  includemargin  (nconmax,)     margin - gap: the contact makes force when dist < includemargin
+  friction       (nconmax, 5)   tangent1, tangent2, spin, roll1, roll2
+  solref         (nconmax, 2)   solver reference (normal direction)
+  solreffriction (nconmax, 2)   solver reference of the friction directions (0 0: as solref)
+  solimp         (nconmax, 5)   solver impedance
+  mu             (nconmax,)     friction of the regularized cone (set by the constraint stage)
+  H              (nconmax, 36)  cone Hessian (set by the constraint solver)
+  dim            (nconmax,)     condim: 1, 3, 4 or 6 (int32)
+  geom1, geom2   (nconmax,)     geom ids, geom_type[geom1] <= geom_type[geom2] (int32)
+  geom           (nconmax, 2)   (geom1, geom2) (int32)
+  exclude        (nconmax,)     1: dist >= includemargin (in the gap, no force), else 0 (int32)
+  efc_address    (nconmax,)     first constraint row; -1: none (int32)
+"""
+Contact.__module__ = __name__
+jax.tree_util.register_dataclass(Contact, data_fields=[n for n, _, _ in CONTACT_FIELDS],
+                                 meta_fields=[])
+
+
+def empty_contact(nconmax: int, dtype=None) -> Contact:
+  """A contact buffer with ``nconmax`` unused rows."""
+  dtype = jnp.result_type(float) if dtype is None else dtype
+  fields = {}
+  for name, shape, kind in CONTACT_FIELDS:
+    fields[name] = jnp.zeros((nconmax,) + shape, dtype if kind == 'f' else jnp.int32)
+  fields['dist'] = jnp.full((nconmax,), EMPTY_DIST, dtype)
+  for name in ('geom1', 'geom2', 'geom', 'efc_address'):
+    fields[name] = -jnp.ones_like(fields[name])
+  return Contact(**fields)
+
+
+_FIELD_NAMES = [n for n, _ in _SHAPES] + list(_INT_FIELDS) + ['contact', 'ncon']
 Data = dataclasses.make_dataclass('Data', [(n, object) for n in _FIELD_NAMES], frozen=True,
                                   eq=False)
 Data.__doc__ = __doc__
@@ -106,6 +158,8 @@ def make_data(m) -> Data:
   fields['qpos'] = jnp.asarray(m.qpos0, dtype)
   fields['mocap_pos'], fields['mocap_quat'] = _mocap_init(m, dtype)
   fields['eq_active'] = jnp.asarray(m.eq_active0, jnp.int32)
+  fields['contact'] = empty_contact(m.nconmax, dtype)
+  fields['ncon'] = jnp.zeros((), jnp.int32)
   return Data(**fields)
 
 

@@ -1,7 +1,8 @@
 """forward() and step(): MuJoCo's pipeline in MuJoCo's order, as an outline.
 
 forward(m, d) -> d   (mj_forward)
-  position: kinematics, com_pos, camlight, tendon, crb, tendon_armature, transmission
+  position: kinematics, com_pos, camlight, tendon, crb, tendon_armature, collision,
+            transmission
   velocity: tendon/actuator velocity, com_vel, passive, rne
   actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (not implemented yet)
 step(m, d) -> d      (mj_step) forward, then the integrator chosen by m.opt.integrator.
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 
 from . import (
   actuation,
+  collision,
   inertia,
   integrate,
   kinematics,
@@ -64,6 +66,7 @@ def fwd_position(m, d):
   d = tendon.tendon(m, d)
   d = inertia.crb(m, d)
   d = tendon.tendon_armature(m, d)
+  d = collision.collision(m, d)
   return transmission.transmission(m, d)
 
 

@@ -254,6 +254,13 @@ SIZES = ('nq', 'nv', 'nu', 'na', 'nbody', 'njnt', 'ngeom', 'nsite', 'ncam', 'nli
 # has_fluid (static): option density or viscosity is positive, so fluid forces are built at
 # all; to randomize density/viscosity under vmap, start from a model where one is positive.
 COUNT_SIZES = ('nlimit', 'nfriction', 'ncandidate', 'has_fluid')
+# Engine-only static collision metadata (host-computed, see mjx_py.collision.driver):
+#   nconmax: the contact buffer's capacity (put_model's nconmax, else <size nconmax> if >= 0,
+#     else a default from the candidate pairs);
+#   col_groups: one (type1, type2, start, count, ncon, example_geom1, example_geom2) per geom
+#     type pair: its rows start:start+count in col_geom/col_pairid/col_conadr, and the contacts
+#     its narrowphase routine returns per pair.
+COLLISION_META = ('nconmax', 'col_groups')
 # Engine-only static type sets (host-computed, see type_sets): the sorted distinct values of
 # the discrete type fields, so that stages only trace the branches a model can take (a humanoid
 # has no ball-joint or slider-crank code in its step). They are fixed by the compiled model: a
@@ -313,19 +320,24 @@ Statistic = _frozen_pytree(
 # Engine-only index tables (not MuJoCo fields), built on the host by tree.tree_indices and
 # tendon.path_indices.
 ENGINE_FIELDS = ('body_levels', 'body_jnts', 'dof_ancestor', 'body_dofmask', 'wrap_tendonid',
-                 'tendon_seg', 'tendon_wrapseg', 'tendon_slot')
+                 'tendon_seg', 'tendon_wrapseg', 'tendon_slot', 'col_geom', 'col_pairid',
+                 'col_conadr')
 __doc__ += '''
 Engine-only int32 index tables (see mjx_py.tree): body_levels (ndepth, width) body ids by
 depth; body_jnts (nbody, maxjnt) joint ids per body; dof_ancestor (nv, nv) ancestor mask;
 body_dofmask (nbody, nv) dofs that move each body. Tendon paths (see mjx_py.tendon):
 wrap_tendonid (nwrap,) tendon of each wrap object; tendon_seg (nseg, 5) spatial-tendon
 segments; tendon_wrapseg (nwseg,) segments that wrap a geom; tendon_slot (nslot, 3) the points
-each path can write to wrap_xpos.
+each path can write to wrap_xpos. Collision candidates (see mjx_py.collision.driver), grouped by
+geom type pair: col_geom (ncandidate, 2) geom ids (geom_type[0] <= geom_type[1]); col_pairid
+(ncandidate,) explicit pair id or -1; col_conadr (ncandidate,) first contact slot in MuJoCo's
+order.
 '''
 
 Model = _frozen_pytree(
     'Model', [f[0] for f in FIELDS] + list(ENGINE_FIELDS) + ['opt', 'stat'],
-    list(SIZES) + list(COUNT_SIZES) + list(TYPE_SETS) + ['names'], __doc__)
+    list(SIZES) + list(COUNT_SIZES) + list(COLLISION_META) + list(TYPE_SETS) + ['names'],
+    __doc__)
 Model.__doc__ = __doc__
 
 _INT_KINDS = 'iub'
@@ -338,15 +350,22 @@ def _leaf(value, kind: str):
   return jnp.asarray(a.astype(np.float64), dtype=jnp.result_type(float))
 
 
-def put_model(arrays: dict) -> Model:
+def put_model(arrays: dict, nconmax: int | None = None) -> Model:
   """Builds a Model from the compiler's dict of MuJoCo-named numpy arrays.
 
   arrays: output of ``mjx_py.mjcf.compile_file``/``compile_string``. Floats become the default
   JAX float dtype, integer fields int32.
+  nconmax: capacity of the contact buffer (static); None: ``<size nconmax>`` if set (>= 0),
+  else a default from the model's candidate pairs (see mjx_py.collision.driver).
   """
+  from .collision import driver  # late: the collision package imports jax-side modules
   kwargs = {name: _leaf(arrays[name], kind) for name, kind, _, _ in FIELDS}
   kwargs.update({k: _leaf(v, 'i') for k, v in tree.tree_indices(arrays).items()})
   kwargs.update({k: _leaf(v, 'i') for k, v in tendon.path_indices(arrays).items()})
+  tables = driver.pair_tables(arrays)
+  kwargs.update({k: _leaf(tables[k], 'i') for k in ('col_geom', 'col_pairid', 'col_conadr')})
+  kwargs['col_groups'] = tables['col_groups']
+  kwargs['nconmax'] = driver.capacity(int(arrays.get('nconmax', -1)), tables, nconmax)
   kwargs.update({n: int(arrays[n]) for n in SIZES})
   opt = {}
   for name, static in OPTION_FIELDS:
@@ -355,7 +374,7 @@ def put_model(arrays: dict) -> Model:
   kwargs['opt'] = Option(**opt)
   kwargs['stat'] = Statistic(**{n: _leaf(arrays[f'stat_{n}'], 'f') for n in STAT_FIELDS})
   kwargs['names'] = tuple(sorted((k, tuple(v)) for k, v in arrays['names'].items()))
-  kwargs.update(constraint_counts(arrays))
+  kwargs.update(constraint_counts(arrays, tables))
   kwargs.update(type_sets(arrays))
   return Model(**kwargs)
 
@@ -387,40 +406,21 @@ def name2id(m: Model, objtype: str, name: str) -> int:
   return -1
 
 
-def constraint_counts(arrays: dict) -> dict:
+def constraint_counts(arrays: dict, tables: dict | None = None) -> dict:
   """Host-side counts of the constraints a model can produce (before disable flags).
 
   nlimit: limited joints and tendons; nfriction: dofs and tendons with frictionloss;
   ncandidate: geom pairs that can collide (explicit pairs, plus dynamic pairs that pass
   MuJoCo's filters: contype/conaffinity masks, same weld group, both static, parent-child
-  filtering unless disabled, and excluded body pairs).
+  filtering unless disabled, excluded body pairs, and pairs that are also explicit), from
+  ``mjx_py.collision.driver.pair_tables`` (``tables``: its output, if already computed).
   """
   nlimit = int(np.sum(arrays['jnt_limited'])) + int(np.sum(arrays['tendon_limited']))
   nfriction = int(np.sum(np.asarray(arrays['dof_frictionloss']) > 0)) + int(
       np.sum(np.asarray(arrays['tendon_frictionloss']) > 0))
-  parent = np.asarray(arrays['body_parentid'])
-  weld = np.asarray(arrays['body_weldid'])
-  body = np.asarray(arrays['geom_bodyid'])
-  contype = np.asarray(arrays['geom_contype'])
-  conaff = np.asarray(arrays['geom_conaffinity'])
-  excluded = set(int(x) for x in np.asarray(arrays['exclude_signature']))
-  filterparent = not (int(arrays['opt_disableflags']) & (1 << 9))
-  ncandidate = int(arrays['npair'])
-  for g1 in range(len(body)):
-    for g2 in range(g1 + 1, len(body)):
-      b1, b2 = body[g1], body[g2]
-      w1, w2 = weld[b1], weld[b2]
-      if w1 == w2 or (w1 == 0 and w2 == 0):
-        continue
-      if not ((contype[g1] & conaff[g2]) or (contype[g2] & conaff[g1])):
-        continue
-      if filterparent:
-        p1, p2 = weld[parent[w1]], weld[parent[w2]]
-        if (p1 == w2 and w2 != 0) or (p2 == w1 and w1 != 0):
-          continue
-      if (int(min(b1, b2)) << 16) + int(max(b1, b2)) in excluded:
-        continue
-      ncandidate += 1
+  if tables is None:
+    from .collision import driver
+    tables = driver.pair_tables(arrays)
   has_fluid = int(float(arrays['opt_density']) > 0 or float(arrays['opt_viscosity']) > 0)
-  return {'nlimit': nlimit, 'nfriction': nfriction, 'ncandidate': ncandidate,
+  return {'nlimit': nlimit, 'nfriction': nfriction, 'ncandidate': tables['ncandidate'],
           'has_fluid': has_fluid}

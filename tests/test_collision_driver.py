@@ -1,0 +1,414 @@
+"""Collision driver (mj_collision) against MuJoCo 3.3.3, in float64.
+
+1. Random states near contact of the scene models (every primitive pair type; filters and
+   parameter mixing; the override and filterparent flags): our contact list equals mj_forward's
+   d.contact: the same geom pairs in the same order, and per contact (matched by position within
+   its geom pair) dist and pos to 1e-6, frame to 1e-4 and every mixed parameter (friction,
+   solref, solreffriction, solimp, includemargin, dim, exclude) to 1e-12.
+2. Candidate pairs: with all free bodies piled up (everything overlaps), the geom pairs that touch
+   are MuJoCo's; ncandidate counts the candidate table.
+3. Capacity: the default rule, <size nconmax>, the nconmax override; when more contacts exist
+   than fit, the deepest are kept (in MuJoCo's order) and warning_counts[1] counts the overflow.
+4. Disable flags, unsupported pair types (NotSupportedError), make_data's empty buffer,
+   vmap and finite gradients, and a 300-body scene under jit (timings printed with -s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import pytest
+from oracle import ROOT, random_state, read, with_option
+
+import mjx_py
+from mjx_py import kinematics
+from mjx_py.collision.driver import collision, pair_tables
+from mjx_py.mjcf import compile_string
+
+SCENE = os.path.join(ROOT, 'tests', 'models', 'collision_scene.xml')
+FILTERS = os.path.join(ROOT, 'tests', 'models', 'collision_filters.xml')
+OVERRIDE = ('<option o_margin="0.012" o_solref="0.03 1.1" o_solimp="0.8 0.9 0.002 0.5 2" '
+            'o_friction="0.7 0.6 0.004 0.0002 0.000001"><flag override="enable"/></option>')
+NOPARENT = '<option><flag filterparent="disable"/></option>'
+PARAMS = ('friction', 'solref', 'solreffriction', 'solimp', 'includemargin', 'dim')
+
+_kinematics = jax.jit(kinematics.kinematics)   # shared: one trace per model
+_collision = jax.jit(collision)
+
+
+@pytest.fixture(autouse=True)
+def _x64():
+  with jax.enable_x64(True):
+    yield
+
+
+def _models(xml, nconmax=None):
+  return (mjx_py.put_model(compile_string(xml), nconmax=nconmax),
+          mujoco.MjModel.from_xml_string(xml))
+
+
+def _ours(m, qpos):
+  d = dataclasses.replace(mjx_py.make_data(m), qpos=jnp.asarray(qpos))
+  return _collision(m, _kinematics(m, d))
+
+
+def _theirs(mj, qpos):
+  md = mujoco.MjData(mj)
+  md.qpos[:] = qpos
+  mujoco.mj_forward(mj, md)
+  return md
+
+
+def _contacts(d):
+  """Our used contact rows as a dict of numpy arrays."""
+  n = int(d.ncon)
+  return {f.name: np.asarray(getattr(d.contact, f.name))[:n]
+          for f in dataclasses.fields(d.contact)}
+
+
+def _compare(d, md, label):
+  ours = _contacts(d)
+  n = md.ncon
+  assert len(ours['dist']) == n, f'{label}: ncon {len(ours["dist"])} != {n}'
+  theirs = {k: np.array([np.asarray(getattr(md.contact[i], k)) for i in range(n)]).reshape(
+      (n,) + ours[k].shape[1:]) for k in ours}
+  # same geom pairs in the same order
+  np.testing.assert_array_equal(ours['geom'], theirs['geom'], err_msg=label)
+  np.testing.assert_array_equal(ours['geom1'], ours['geom'][:, 0])
+  np.testing.assert_array_equal(ours['geom2'], ours['geom'][:, 1])
+  # within a geom pair, match contacts by position
+  used = np.zeros(n, bool)
+  for i in range(n):
+    same = np.flatnonzero(np.all(ours['geom'] == theirs['geom'][i], axis=1) & ~used)
+    j = same[np.argmin(np.linalg.norm(ours['pos'][same] - theirs['pos'][i], axis=1))]
+    used[j] = True
+    where = f'{label}: contact {i} geoms {theirs["geom"][i]}'
+    np.testing.assert_allclose(ours['dist'][j], theirs['dist'][i], atol=1e-6, err_msg=where)
+    np.testing.assert_allclose(ours['pos'][j], theirs['pos'][i], atol=1e-6, err_msg=where)
+    np.testing.assert_allclose(ours['frame'][j], theirs['frame'][i], atol=1e-4, err_msg=where)
+    for k in PARAMS:
+      np.testing.assert_allclose(ours[k][j], theirs[k][i], rtol=0, atol=1e-12,
+                                 err_msg=f'{where}: {k}')
+    # exclude: dist >= includemargin (rounding decides exact ties)
+    if abs(theirs['dist'][i] - theirs['includemargin'][i]) > 1e-9:
+      assert ours['exclude'][j] == theirs['exclude'][i], f'{where}: exclude'
+  _check_unused(d)
+
+
+def _check_unused(d):
+  n = int(d.ncon)
+  c = d.contact
+  assert np.all(np.asarray(c.geom[n:]) == -1) and np.all(np.asarray(c.geom1[n:]) == -1)
+  assert np.all(np.asarray(c.geom2[n:]) == -1)
+  assert np.all(np.asarray(c.dist[n:]) == 1e10)
+  assert np.all(np.asarray(c.efc_address) == -1)
+  assert np.all(np.asarray(c.H) == 0) and np.all(np.asarray(c.mu) == 0)
+
+
+CASES = [('scene', SCENE, None), ('filters', FILTERS, None), ('override', FILTERS, OVERRIDE),
+         ('noparent', FILTERS, NOPARENT)]
+
+
+@pytest.mark.parametrize('label,path,option', CASES, ids=[c[0] for c in CASES])
+def test_random_states_match_mujoco(label, path, option):
+  xml = read(path) if option is None else with_option(read(path), option)
+  m, mj = _models(xml)
+  rng = np.random.default_rng(7)
+  states = [mj.qpos0.copy()] + [random_state(mj, rng, qpos_scale=0.02, mocap=False).qpos
+                                for _ in range(6)]
+  total = 0
+  for k, qpos in enumerate(states):
+    d, md = _ours(m, qpos), _theirs(mj, qpos)
+    assert md.ncon <= m.nconmax
+    _compare(d, md, f'{label} state {k}')
+    assert int(d.warning_counts[1]) == 0
+    total += md.ncon
+  assert total > 5 * len(states)   # the states are near contact
+
+
+def test_filters_features_at_qpos0():
+  """The filter model's nominal state shows each feature (guards against a silent model edit)."""
+  m, mj = _models(read(FILTERS))
+  d = _ours(m, mj.qpos0)
+  c = _contacts(d)
+  names = dict(m.names)['geom']
+  pairs = {(names[a], names[b]) for a, b in c['geom']}
+  assert ('floor', 'ghost') in pairs                       # explicit pair, contype 0
+  assert ('mix_c', 'masked') not in pairs                  # masks
+  assert ('ex1', 'ex2') not in pairs                       # exclude
+  assert ('upper', 'lower') not in pairs and ('base', 'upper') not in pairs   # parent-child
+  assert ('base', 'lower') in pairs                        # grandparent
+  sled = [i for i, (a, b) in enumerate(c['geom']) if names[b] == 'sled']
+  assert len(sled) == 2 and np.allclose(c['includemargin'][sled], 0.003)   # pair, not dynamic
+  assert 1 in c['exclude']                                 # soft sphere inside its gap
+  assert np.min(c['friction']) == 1e-5                     # mjMINMU
+  mn, mjn = _models(with_option(read(FILTERS), NOPARENT))
+  pairs = {(names[a], names[b]) for a, b in _contacts(_ours(mn, mjn.qpos0))['geom']}
+  assert ('upper', 'lower') in pairs and ('base', 'upper') in pairs
+
+
+def _piled(mj, rng, center=(0.0, 0.0, 0.04), spread=0.01):
+  """Every free body moved near one point (so every candidate pair overlaps)."""
+  qpos = mj.qpos0.copy()
+  for j in range(mj.njnt):
+    if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+      adr = mj.jnt_qposadr[j]
+      qpos[adr:adr + 3] = np.asarray(center) + spread * rng.standard_normal(3)
+      q = rng.standard_normal(4)
+      qpos[adr + 3:adr + 7] = q / np.linalg.norm(q)
+  return qpos
+
+
+@pytest.mark.parametrize('path', [SCENE, FILTERS], ids=['scene', 'filters'])
+def test_candidate_pairs_match_mujoco(path):
+  xml = read(path)
+  m, mj = _models(xml, nconmax=1000)
+  tables = pair_tables(compile_string(xml))
+  assert m.ncandidate == tables['ncandidate'] == len(m.col_geom)
+  assert sum(g[3] for g in m.col_groups) == m.ncandidate
+  rng = np.random.default_rng(3)
+  for _ in range(2):
+    qpos = _piled(mj, rng)
+    d, md = _ours(m, qpos), _theirs(mj, qpos)
+    ours = {tuple(g) for g in _contacts(d)['geom']}
+    theirs = {tuple(c.geom) for c in md.contact[:md.ncon]}
+    assert ours == theirs
+    assert len(ours) > 10
+
+
+def test_default_capacity_rule():
+  for path in (SCENE, FILTERS):
+    arrays = compile_string(read(path))
+    t = pair_tables(arrays)
+    m = mjx_py.put_model(arrays)
+    assert m.nconmax == min(t['ncon_total'], max(64, 6 * t['ngeom_collide']))
+    assert mjx_py.make_data(m).contact.dist.shape == (m.nconmax,)
+
+
+SPHERES = """
+<mujoco>
+  {size}
+  <worldbody>
+    <geom name="floor" type="plane" size="3 3 0.1"/>
+    {bodies}
+  </worldbody>
+</mujoco>
+"""
+DEPTHS = [0.003, 0.011, 0.001, 0.008, 0.013, 0.002, 0.006, 0.009]
+
+
+def _spheres(size=''):
+  bodies = ''.join(f'<body pos="{0.3 * i} 0 {0.05 - z}"><freejoint/><geom type="sphere" '
+                   f'size="0.05"/></body>' for i, z in enumerate(DEPTHS))
+  return SPHERES.format(size=size, bodies=bodies)
+
+
+def test_size_nconmax_and_override():
+  assert mjx_py.from_xml_string(_spheres('<size nconmax="5"/>')).nconmax == 5
+  assert mjx_py.from_xml_string(_spheres('<size nconmax="5"/>'), nconmax=7).nconmax == 7
+  assert mjx_py.from_xml_string(_spheres()).nconmax == 8 + 28   # every slot fits (< 64)
+  with pytest.raises(ValueError):
+    mjx_py.from_xml_string(_spheres(), nconmax=-1)
+  # nconmax = 0: no collision detection at all, as in MuJoCo
+  xml = _spheres('<size nconmax="0"/>')
+  m, mj = _models(xml)
+  d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+  assert m.nconmax == 0 and int(d.ncon) == 0 and md.ncon == 0
+
+
+def _deepest_in_order(md, k):
+  """MuJoCo's contacts restricted to the k deepest, in MuJoCo's order."""
+  dist = np.array([c.dist for c in md.contact[:md.ncon]])
+  keep = np.sort(np.argsort(dist, kind='stable')[:k])
+  return [md.contact[i] for i in keep]
+
+
+def _check_deepest(d, md, k, overflow):
+  c = _contacts(d)
+  want = _deepest_in_order(md, k)
+  assert int(d.ncon) == k
+  np.testing.assert_array_equal(c['geom'], [w.geom for w in want])
+  np.testing.assert_allclose(c['dist'], [w.dist for w in want], atol=1e-9)
+  np.testing.assert_allclose(c['pos'], [w.pos for w in want], atol=1e-9)
+  assert int(d.warning_counts[1]) == overflow
+  _check_unused(d)
+
+
+def test_capacity_keeps_deepest_pairs():
+  """More sphere-plane pairs pass the broadphase than fit: the deepest pairs run."""
+  xml = _spheres()
+  m, mj = _models(xml, nconmax=5)
+  d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+  assert md.ncon == len(DEPTHS)
+  _check_deepest(d, md, 5, len(DEPTHS) - 5)
+
+
+CAPSULES = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="3 3 0.1"/>
+    {bodies}
+  </worldbody>
+</mujoco>
+""".format(bodies=''.join(
+    f'<body pos="0 {y} {z}" euler="0 {tilt} 0"><freejoint/><geom type="capsule" '
+    'size="0.05 0.2"/></body>'
+    for y, z, tilt in ((0, 0.046, 90.5), (0.3, 0.047, 89.5), (0.6, 0.045, 90.3),
+                       (0.9, 0.048, 89.6))))
+
+
+def test_capacity_keeps_deepest_contacts():
+  """All pairs run, but their contacts do not all fit: the deepest contacts are kept."""
+  m, mj = _models(CAPSULES, nconmax=5)
+  d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+  assert md.ncon == 8
+  _check_deepest(d, md, 5, 3)
+  # the counter accumulates over calls
+  d2 = _collision(m, d)
+  assert int(d2.warning_counts[1]) == 6
+
+
+def test_capacity_exact_when_survivors_fit():
+  """More candidate pairs of a type than the capacity, but few pass the broadphase: exact."""
+  xml = SPHERES.format(size='', bodies=''.join(
+      f'<body pos="{x} 0 {z}"><freejoint/><geom type="sphere" size="0.05"/></body>'
+      for x, z in ((0, 0.049), (0.099, 0.049), (0.4, 0.049), (0.7, 0.049))))
+  m, mj = _models(xml, nconmax=5)
+  assert [g[3] for g in m.col_groups] == [4, 6]
+  d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+  assert md.ncon == 5
+  _compare(d, md, 'spheres')
+  assert int(d.warning_counts[1]) == 0
+
+
+def test_disabled_contacts_and_empty_buffer():
+  for option in ('<option><flag contact="disable"/></option>',
+                 '<option><flag constraint="disable"/></option>'):
+    xml = with_option(read(SCENE), option)
+    m, mj = _models(xml)
+    d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+    assert md.ncon == 0 and int(d.ncon) == 0
+    _check_unused(d)
+  d0 = mjx_py.make_data(m)
+  assert int(d0.ncon) == 0 and d0.contact.frame.shape == (m.nconmax, 9)
+  assert d0.contact.H.shape == (m.nconmax, 36) and d0.contact.geom.dtype == jnp.int32
+  _check_unused(d0)
+
+
+UNSUPPORTED = """
+<mujoco>
+  {option}
+  <worldbody>
+    <geom name="floor" type="plane" size="3 3 0.1"/>
+    <body pos="0 0 0.1"><freejoint/><geom name="egg" type="ellipsoid" size="0.1 0.05 0.05"/></body>
+    <body pos="1 0 0.1"><freejoint/><geom name="ball" type="sphere" size="0.1"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_unsupported_pair_type_raises_at_trace_time():
+  m = mjx_py.from_xml_string(UNSUPPORTED.format(option=''))
+  d = mjx_py.make_data(m)
+  with pytest.raises(mjx_py.NotSupportedError, match=r"plane and ellipsoid.*'floor' and 'egg'"):
+    jax.eval_shape(collision, m, d)
+  off = mjx_py.from_xml_string(
+      UNSUPPORTED.format(option='<option><flag contact="disable"/></option>'))
+  assert int(collision(off, mjx_py.make_data(off)).ncon) == 0
+
+
+SMALL = """
+<mujoco>
+  <worldbody>
+    <geom name="floor" type="plane" size="3 3 0.1"/>
+    <body pos="0 0 0.049"><freejoint/><geom type="sphere" size="0.05"/></body>
+    <body pos="0.04 0.01 0.145"><freejoint/><geom type="sphere" size="0.05" margin="0.01"/></body>
+    <body pos="0.3 0 0.045" euler="0 90 0"><freejoint/><geom type="capsule" size="0.05 0.1"/></body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_vmap_and_gradients():
+  m, mj = _models(SMALL)
+  rng = np.random.default_rng(1)
+  qs = np.stack([mj.qpos0] + [random_state(mj, rng, qpos_scale=0.01, mocap=False).qpos
+                              for _ in range(2)])
+
+  def run(q):
+    d = dataclasses.replace(mjx_py.make_data(m), qpos=q)
+    return collision(m, kinematics.kinematics(m, d))
+
+  batch = jax.jit(jax.vmap(run))(jnp.asarray(qs))
+  for i, q in enumerate(qs):
+    single = _ours(m, q)
+    np.testing.assert_array_equal(batch.ncon[i], single.ncon)
+    np.testing.assert_allclose(batch.contact.dist[i], single.contact.dist, atol=1e-12)
+    _compare(single, _theirs(mj, q), f'small {i}')
+
+  def depth(q):
+    d = run(q)
+    used = jnp.arange(m.nconmax) < d.ncon
+    return jnp.sum(jnp.where(used, d.contact.dist + d.contact.pos[:, 2], 0.0))
+
+  for q in qs:   # qpos0 holds a sphere touching another one exactly at its margin
+    g = jax.jit(jax.grad(depth))(jnp.asarray(q))
+    assert np.all(np.isfinite(np.asarray(g)))
+    assert np.any(np.asarray(g) != 0)
+
+
+def _pile_xml(nbody, rng):
+  """A plane and nbody free boxes and spheres on a 10 x 10 grid, in layers; only the bottom
+  layer touches the floor."""
+  bodies = []
+  for i in range(nbody):
+    layer, cell = divmod(i, 100)
+    x, y = 0.3 * (cell % 10), 0.3 * (cell // 10)
+    z = 0.05 + 0.3 * layer - (0.004 * rng.uniform() if layer == 0 else 0.0)
+    geom = ('<geom type="box" size="0.05 0.05 0.05"/>' if i % 2 else
+            '<geom type="sphere" size="0.05"/>')
+    bodies.append(f'<body pos="{x:.3f} {y:.3f} {z:.4f}"><freejoint/>{geom}</body>')
+  return ('<mujoco><worldbody><geom name="floor" type="plane" size="5 5 0.1"/>'
+          + ''.join(bodies) + '</worldbody></mujoco>')
+
+
+def test_300_bodies_under_jit():
+  rng = np.random.default_rng(0)
+  xml = _pile_xml(300, rng)
+  m, mj = _models(xml, nconmax=400)
+  assert m.nconmax == 400 and m.ncandidate == 300 + 300 * 299 // 2
+  qpos = random_state(mj, rng, qpos_scale=0.002, mocap=False).qpos
+  d = _kinematics(m, dataclasses.replace(mjx_py.make_data(m), qpos=jnp.asarray(qpos)))
+  t0 = time.perf_counter()
+  compiled = jax.jit(collision).lower(m, d).compile()
+  t1 = time.perf_counter()
+  out = jax.block_until_ready(compiled(m, d))
+  t2 = time.perf_counter()
+  for _ in range(10):
+    out = jax.block_until_ready(compiled(m, d))
+  t3 = time.perf_counter()
+  print(f'\n300 bodies: compile {t1 - t0:.2f} s, first run {t2 - t1:.4f} s, '
+        f'run {(t3 - t2) / 10 * 1e3:.2f} ms, ncon {int(out.ncon)}, capacity {m.nconmax}')
+  md = _theirs(mj, qpos)
+  assert 100 < md.ncon < m.nconmax
+  _compare(out, md, '300 bodies')
+  assert int(out.warning_counts[1]) == 0
+
+
+def test_float32():
+  with jax.enable_x64(False):
+    m, mj = _models(SMALL)
+    d = _ours(m, mj.qpos0.astype(np.float32))
+    assert d.contact.dist.dtype == jnp.float32 and d.contact.friction.dtype == jnp.float32
+    md = _theirs(mj, mj.qpos0)
+    assert int(d.ncon) == md.ncon == 4
+    np.testing.assert_allclose(np.asarray(d.contact.dist[:4]),
+                               [c.dist for c in md.contact[:4]], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(d.contact.solimp[:4]),
+                               [c.solimp for c in md.contact[:4]], atol=1e-6)
