@@ -44,7 +44,7 @@ def _time_mjx(xml: str, batch: int, nstep: int):
   from mujoco import mjx
   spec = mujoco.MjSpec.from_string(xml)
   for s in list(spec.sensors):  # MJX lacks several sensor types; sensors are not timed here
-    spec.delete(s)
+    s.delete()
   mj = spec.compile()
   mx = mjx.put_model(mj)
   d0 = mjx.make_data(mx)
