@@ -82,14 +82,15 @@ def main():
   for batch in args.batch:
     c, sps = testspeed.time_rollout(xml, batch, args.nstep,
                                     base_dir=os.path.dirname(args.model))
+    print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
     c1 = _time_mujoco(xml, batch, args.nstep, 1)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu)
+    print(f'{c1:>12,.0f} {cn:>12,.0f}', end=' ', flush=True)
     try:
       mc, msps = _time_mjx(xml, batch, args.nstep)
-      mjx_cols = f'{msps:>12,.0f} {mc:>11.2f}'
+      print(f'{msps:>12,.0f} {mc:>11.2f}', flush=True)
     except Exception as e:  # MJX does not support every model
-      mjx_cols = f'n/a ({type(e).__name__})'
-    print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f} {c1:>12,.0f} {cn:>12,.0f} {mjx_cols}', flush=True)
+      print(f'n/a ({type(e).__name__}: {e})', flush=True)
 
 
 if __name__ == '__main__':

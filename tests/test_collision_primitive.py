@@ -26,7 +26,15 @@ import pytest
 from mjx_py.collision import primitive
 from mjx_py.collision.primitive import BOX, CAPSULE, CYLINDER, PLANE, ROUTINES, SPHERE
 
-jax.config.update('jax_enable_x64', True)
+
+@pytest.fixture(autouse=True, scope='module')
+def _float64():
+  """float64 for this module only (the global flag would leak into later test modules)."""
+  previous = jax.config.jax_enable_x64
+  jax.config.update('jax_enable_x64', True)
+  yield
+  jax.config.update('jax_enable_x64', previous)
+
 
 NAMES = {PLANE: 'plane', SPHERE: 'sphere', CAPSULE: 'capsule', CYLINDER: 'cylinder', BOX: 'box'}
 PAIRS = sorted(ROUTINES)
