@@ -1,6 +1,7 @@
 """Side-by-side speed: mjx_py vs MuJoCo C (mujoco.rollout, 1 thread and all cores) vs MJX.
 
-Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [--smooth]
+Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [--mjx-nstep 20]
+     [--smooth] [--no-mjx]
 Needs the bench extra (mujoco, mujoco-mjx). All three run in this process, so the ratios come
 from one run on one machine.
 """
@@ -8,7 +9,9 @@ from one run on one machine.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import queue as queue_module
 import time
 
 import jax
@@ -65,11 +68,41 @@ def _time_mjx(xml: str, batch: int, nstep: int):
   return compile_s, batch * nstep / (time.perf_counter() - t0)
 
 
+def _mjx_worker(xml, batch, nstep, queue):
+  try:
+    queue.put(_time_mjx(xml, batch, nstep))
+  except Exception as e:  # MJX does not support every model
+    queue.put(f'n/a ({type(e).__name__}: {e})')
+
+
+def _time_mjx_limited(xml: str, batch: int, nstep: int, timeout: float):
+  """_time_mjx in a child process, given up after ``timeout`` seconds (MJX's XLA compile on
+  CPU can take many minutes, e.g. for a 20-link chain): (compile s, steps/s) or a message."""
+  ctx = multiprocessing.get_context('spawn')
+  queue = ctx.Queue()
+  proc = ctx.Process(target=_mjx_worker, args=(xml, batch, nstep, queue))
+  t0 = time.perf_counter()
+  proc.start()
+  try:
+    return queue.get(timeout=timeout)
+  except queue_module.Empty:
+    return f'not finished in {time.perf_counter() - t0:.0f} s'
+  finally:
+    proc.kill()
+    proc.join()
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('model')
   parser.add_argument('--batch', type=int, nargs='+', default=[1, 64, 1024])
   parser.add_argument('--nstep', type=int, default=200)
+  parser.add_argument('--mjx-nstep', type=int, default=20,
+                      help='steps per MJX rollout (MJX on CPU is slow; its compile time does not '
+                           'depend on this, since the steps run in lax.scan)')
+  parser.add_argument('--no-mjx', action='store_true', help='skip MJX')
+  parser.add_argument('--mjx-timeout', type=float, default=600,
+                      help='seconds before an MJX measurement (compile + two runs) is given up')
   parser.add_argument('--smooth', action='store_true', help='disable the constraint solver')
   args = parser.parse_args()
   with open(args.model) as f:
@@ -86,11 +119,14 @@ def main():
     c1 = _time_mujoco(xml, batch, args.nstep, 1)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu)
     print(f'{c1:>12,.0f} {cn:>12,.0f}', end=' ', flush=True)
-    try:
-      mc, msps = _time_mjx(xml, batch, args.nstep)
-      print(f'{msps:>12,.0f} {mc:>11.2f}', flush=True)
-    except Exception as e:  # MJX does not support every model
-      print(f'n/a ({type(e).__name__}: {e})', flush=True)
+    if args.no_mjx:
+      print(flush=True)
+      continue
+    res = _time_mjx_limited(xml, batch, args.mjx_nstep, args.mjx_timeout)
+    if isinstance(res, str):
+      print(f'MJX: {res}', flush=True)
+    else:
+      print(f'{res[1]:>12,.0f} {res[0]:>11.2f}', flush=True)
 
 
 if __name__ == '__main__':
