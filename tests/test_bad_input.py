@@ -1995,34 +1995,6 @@ CASES = [
     # ------------------------------------------------------------------ unsupported features
     # MuJoCo accepts these; mjx_py must refuse them cleanly, naming the element.
     _c(
-        "unsupported_mesh_asset",
-        """\
-        <mujoco>
-          <asset>
-            <mesh name="m" vertex="0 0 0  1 0 0  0 1 0  0 0 1"/>
-          </asset>
-        </mujoco>
-        """,
-        3,
-        msg="not supported",
-        element="mesh",
-        oracle_rejects=False,
-    ),
-    _c(
-        "unsupported_hfield_asset",
-        """\
-        <mujoco>
-          <asset>
-            <hfield name="h" nrow="2" ncol="2" size="1 1 1 0.1"/>
-          </asset>
-        </mujoco>
-        """,
-        3,
-        msg="not supported",
-        element="hfield",
-        oracle_rejects=False,
-    ),
-    _c(
         # no mesh asset here, so the geom itself is the first unsupported thing
         "unsupported_geom_type_mesh",
         """\

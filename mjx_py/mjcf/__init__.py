@@ -11,7 +11,7 @@ from .xmlnode import load
 
 def compile_string(xml: str, assets: dict | None = None, file: str = '<string>') -> dict:
   """Compiles MJCF text into MuJoCo-named numpy arrays (see compile.compile_model)."""
-  return compile_model(load(xml, file, assets))
+  return compile_model(load(xml, file, assets), assets)
 
 
 def compile_file(path: str, assets: dict | None = None) -> dict:
@@ -22,7 +22,7 @@ def compile_file(path: str, assets: dict | None = None) -> dict:
       text = f.read()
   except OSError as e:
     raise MJCFError(f'cannot read model file: {e.strerror}', path) from None
-  return compile_model(load(text, os.path.abspath(path), assets))
+  return compile_model(load(text, os.path.abspath(path), assets), assets)
 
 
 __all__ = ['compile_string', 'compile_file', 'MJCFError']

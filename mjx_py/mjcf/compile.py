@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from . import compile_elements, compile_tree, orient, setconst
+from . import compile_elements, compile_tree, hfield, mesh, orient, setconst
 from .compile_tree import CAMLIGHT_MODES, GEOM_TYPES, JNT_TYPES, MINVAL, TreeBuilder
 from .defaults import Defaults, overlay
 from .xmlnode import Node
@@ -100,8 +100,9 @@ class Ctx:
     return idx
 
 
-def compile_model(root: Node) -> dict:
+def compile_model(root: Node, assets: dict | None = None) -> dict:
   ctx = Ctx(root)
+  ctx.assets = assets or {}
   out: dict = {}
   _options(ctx, out)
   _sizes(ctx, out)
@@ -125,7 +126,9 @@ def compile_model(root: Node) -> dict:
 
 def _assets(ctx: Ctx, out: dict):
   """Textures and materials are visual only; their names are registered so that references
-  to them are checked and ``*_matid`` fields match MuJoCo."""
+  to them are checked and ``*_matid`` fields match MuJoCo. Height fields are compiled here
+  (hfield.py); mesh names are registered here and the meshes compiled with the geoms, which
+  decide whether a mesh needs its convex hull (mesh.py)."""
   textures = [n for a in ctx.sections.get('asset', []) for n in a.find('texture')]
   for i, node in enumerate(textures):
     name = node.vals.get('name')
@@ -143,6 +146,20 @@ def _assets(ctx: Ctx, out: dict):
     for layer in node.find('layer'):
       ctx.lookup('texture', layer.vals['texture'], layer, 'texture')
   out['nmat'] = len(materials)
+  # meshes: names now (geoms refer to them), compiled with the geoms (see _mesh_assets)
+  ctx.mesh_nodes = [n for a in ctx.sections.get('asset', []) for n in a.find('mesh')]
+  ctx.mesh_vals = []
+  for i, node in enumerate(ctx.mesh_nodes):
+    v = ctx.defaults.resolve(node, 'mesh', None)
+    name = v.get('name')
+    if not name and v.get('file'):
+      name = os.path.splitext(os.path.basename(v['file'].replace('\\', '/')))[0]
+    if not name:
+      raise node.error('mesh needs a name (or a file to take it from)', 'name')
+    ctx.register('mesh', name, node, i)
+    ctx.mesh_vals.append((name, v))
+  out.update(hfield.compile_hfields(
+      ctx, [n for a in ctx.sections.get('asset', []) for n in a.find('hfield')]))
 
 
 def matid(ctx: Ctx, vals: dict, node: Node) -> int:
@@ -466,20 +483,29 @@ def _geoms(ctx: Ctx, bodies, out: dict):
     for node, fpos, fquat, cc in b.geoms:
       v = ctx.defaults.resolve(node, 'geom', cc)
       gtype = v['type']
-      if gtype in ('mesh', 'hfield', 'sdf'):
-        raise node.error(f"geom type '{gtype}' is not supported yet by mjx_py", 'type')
-      if v.get('mesh') is not None or v.get('hfield') is not None:
-        attr = 'mesh' if v.get('mesh') is not None else 'hfield'
-        raise node.error('meshes and height fields are not supported yet by mjx_py', attr)
+      if gtype == 'sdf':
+        raise node.error("geom type 'sdf' is not supported yet by mjx_py", 'type')
+      _check_geom_assets(v, node)
       if v['fromto'] is not None and gtype not in ('capsule', 'cylinder', 'box', 'ellipsoid'):
         raise node.error('fromto requires capsule, cylinder, box or ellipsoid geom', 'fromto')
+      if v.get('mesh') is not None and v['fromto'] is not None:
+        raise node.error('fromto cannot be used with mesh geom', 'fromto')
       pos, quat, half = _place(v, node, ctx, fpos, fquat, 'geom')
-      nreq = _NSIZE_FROMTO[gtype] if half is not None else compile_tree._NSIZE[gtype]
-      size = _size_from(v, gtype, node, nreq)
-      if gtype == 'plane' and not size[2] > 0:
-        raise node.error('plane size(3) must be positive', 'size')
-      if half is not None:
-        size = _fromto_size(gtype, size, half)
+      dataid, extra = -1, {}
+      if v.get('mesh') is not None:   # mesh geom, or primitive fitted to a mesh: see below
+        dataid = ctx.lookup('mesh', v['mesh'], node, 'mesh')
+        size = None
+      elif gtype == 'hfield':
+        dataid = ctx.lookup('hfield', v['hfield'], node, 'hfield')
+        size, rbound, aabb = hfield.geom_size_rbound_aabb(out['hfield_size'][dataid])
+        extra = dict(rbound=rbound, aabb=aabb)
+      else:
+        nreq = _NSIZE_FROMTO[gtype] if half is not None else compile_tree._NSIZE[gtype]
+        size = _size_from(v, gtype, node, nreq)
+        if gtype == 'plane' and not size[2] > 0:
+          raise node.error('plane size(3) must be positive', 'size')
+        if half is not None:
+          size = _fromto_size(gtype, size, half)
       if v['condim'] not in (1, 3, 4, 6):
         raise node.error('invalid condim (must be 1, 3, 4 or 6)', 'condim')
       mass = v['mass']
@@ -489,7 +515,8 @@ def _geoms(ctx: Ctx, bodies, out: dict):
       idx = len(rows)
       ctx.register('geom', v.get('name'), node, idx)
       rows.append(dict(node=node, v=v, type=gtype, body=b.id, pos=pos,
-                       quat=orient.quat_normalize(quat), size=size))
+                       quat=orient.quat_normalize(quat), size=size, dataid=dataid, **extra))
+  _mesh_assets(ctx, rows, out)
   ngeom = len(rows)
   out['ngeom'] = ngeom
   out['body_geomadr'] = np.array(body_geomadr, np.int32)
@@ -500,7 +527,7 @@ def _geoms(ctx: Ctx, bodies, out: dict):
   out['geom_conaffinity'] = np.array(g('conaffinity'), np.int32)
   out['geom_condim'] = np.array(g('condim'), np.int32)
   out['geom_bodyid'] = np.array([r['body'] for r in rows], np.int32)
-  out['geom_dataid'] = -np.ones(ngeom, np.int32)
+  out['geom_dataid'] = np.array([r['dataid'] for r in rows], np.int32)
   out['geom_matid'] = np.array([matid(ctx, r['v'], r['node']) for r in rows], np.int32)
   out['geom_group'] = np.array(g('group'), np.int32)
   out['geom_priority'] = np.array(g('priority'), np.int32)
@@ -514,8 +541,10 @@ def _geoms(ctx: Ctx, bodies, out: dict):
   out['geom_margin'] = np.array(g('margin'), float)
   out['geom_gap'] = np.array(g('gap'), float)
   out['geom_rgba'] = np.array(g('rgba'), np.float32).reshape(-1, 4)
-  out['geom_rbound'] = np.array([_rbound(r['type'], r['size']) for r in rows], float)
-  out['geom_aabb'] = np.array([_aabb(r['type'], r['size']) for r in rows], float).reshape(-1, 6)
+  out['geom_rbound'] = np.array([r['rbound'] if 'rbound' in r else _rbound(r['type'], r['size'])
+                                 for r in rows], float)
+  out['geom_aabb'] = np.array([r['aabb'] if 'aabb' in r else _aabb(r['type'], r['size'])
+                               for r in rows], float).reshape(-1, 6)
   out['geom_fluid'] = np.array([_fluid(r['type'], r['size'], r['v']) for r in rows],
                                float).reshape(-1, 12)
   ctx.user_raw['geom'] = g('user')
@@ -523,6 +552,55 @@ def _geoms(ctx: Ctx, bodies, out: dict):
 
 
 _NSIZE_FROMTO = {'plane': 0, 'sphere': 1, 'capsule': 1, 'ellipsoid': 1, 'cylinder': 1, 'box': 1}
+_FITTABLE = ('sphere', 'capsule', 'cylinder', 'ellipsoid', 'box')
+
+
+def _check_geom_assets(v, node):
+  """MuJoCo's pairing rules of geom type with the mesh and hfield attributes."""
+  gtype, meshname, hfname = v['type'], v.get('mesh'), v.get('hfield')
+  if gtype == 'mesh' and not meshname:
+    raise node.error("geom type 'mesh' needs a 'mesh' attribute naming a mesh asset", 'type')
+  if gtype == 'hfield' and not hfname:
+    raise node.error("geom type 'hfield' needs an 'hfield' attribute naming an hfield asset",
+                     'type')
+  if hfname and gtype != 'hfield':
+    raise node.error(f"the hfield attribute needs geom type 'hfield', not '{gtype}'", 'hfield')
+  if meshname and gtype != 'mesh' and gtype not in _FITTABLE:
+    raise node.error(f"geom type '{gtype}' cannot be fitted to mesh '{meshname}'", 'type')
+  if gtype == 'mesh' and v['shellinertia'] == 'true':
+    raise node.error('for mesh geoms, inertia should be specified in the mesh asset '
+                     '(mesh inertia="shell")', 'shellinertia')
+
+
+def _mesh_assets(ctx: Ctx, rows: list, out: dict):
+  """Compiles the <mesh> assets, then the geoms that use them, in geom order.
+
+  A mesh needs its convex hull when a colliding mesh geom uses it (then a degenerate hull is an
+  error). Mesh geoms take the mesh offset (mesh_pos/quat) into their pose and their size,
+  bounding sphere and box from the mesh; primitives with a mesh attribute are fitted to it
+  (mesh.fit_geom, which may move the mesh offset, as in MuJoCo: hence geom order).
+  """
+  collide = {r['dataid'] for r in rows if r['type'] == 'mesh' and
+             (r['v']['contype'] or r['v']['conaffinity'])}
+  ctx.meshes = [mesh.compile_mesh(ctx, node, v, name, i in collide)
+                for i, (node, (name, v)) in enumerate(zip(ctx.mesh_nodes, ctx.mesh_vals))]
+  fitaabb = ctx.compiler['fitaabb'] == 'true'
+  for r in rows:
+    if r['size'] is not None:
+      continue
+    m, node, gtype = ctx.meshes[r['dataid']], r['node'], r['type']
+    if gtype == 'mesh':
+      r['size'], r['rbound'], r['aabb'] = mesh.geom_rbound_aabb(m)
+      r['mesh'] = m
+    else:
+      r['size'] = mesh.fit_geom(m, gtype, fitaabb, r['v']['fitscale'], node)
+      for i in range(compile_tree._NSIZE[gtype]):
+        if not r['size'][i] > 0:
+          raise node.error(f'size {i + 1} of the geom fitted to mesh \'{m.name}\' must be '
+                           'positive', 'mesh')
+    r['pos'] = r['pos'] + orient.rot_vec(r['quat'], m.pos)
+    r['quat'] = orient.quat_mul(r['quat'], m.quat)
+  out.update(mesh.model_fields(ctx.meshes))
 
 
 def _rbound(gtype, s):
@@ -882,7 +960,10 @@ def _geom_mass(r):
   """(mass, pos, quat, diag inertia) of one geom in the body frame."""
   v = r['v']
   shell = v['shellinertia'] == 'true'
-  vol, unit_inertia = compile_tree.geom_volume_inertia(r['type'], r['size'], shell)
+  if r['type'] == 'mesh':   # the mesh's volume (area for inertia="shell") and inertia box
+    vol, unit_inertia = r['mesh'].volume, mesh.unit_inertia(r['mesh'])
+  else:
+    vol, unit_inertia = compile_tree.geom_volume_inertia(r['type'], r['size'], shell)
   if v['mass'] is not None:
     m = v['mass'] if vol > 1e-14 else 0.0  # MuJoCo ignores a given mass on a volume-less geom
   else:

@@ -118,10 +118,13 @@ class TreeBuilder:
 # is spread over the surface: "volume" is then the surface area, and density is per area.
 
 def geom_volume_inertia(gtype: str, size, shell: bool):
-  """(volume or area, diagonal inertia per unit mass) of a primitive geom in its own frame."""
+  """(volume or area, diagonal inertia per unit mass) of a primitive geom in its own frame.
+
+  An hfield geom counts as the box of its geom size (MuJoCo's rule).
+  """
   fn = {'sphere': _sphere, 'capsule': _capsule, 'cylinder': _cylinder,
-        'ellipsoid': _ellipsoid, 'box': _box}.get(gtype)
-  if fn is None:  # plane (and unsupported types): no mass
+        'ellipsoid': _ellipsoid, 'box': _box, 'hfield': _box}.get(gtype)
+  if fn is None:  # plane: no mass (meshes: see compile._geom_mass)
     return 0.0, np.zeros(3)
   return fn(size, shell)
 

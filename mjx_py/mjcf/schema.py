@@ -546,11 +546,10 @@ CHILDREN: dict[str, dict[str, tuple[str, str]]] = {
 # Kinds whose contents the compiler does not simulate yet: using them raises a clear error.
 # (Visual-only kinds are not listed: they are validated and then ignored by design.)
 UNSUPPORTED = {
-    'mesh': 'meshes', 'hfield': 'height fields', 'composite': 'composite',
+    'composite': 'composite',
     'flexcomp': 'flexcomp', 'flex': 'flex', 'equality/flex': 'flex equality constraints',
     'attach': 'attach', 'asset/model': 'attach', 'replicate': 'replicate',
     'extension/plugin': 'plugins', 'element-plugin': 'plugins',
     'actuator/plugin': 'plugin actuators',
     'sensor/plugin': 'plugin sensors', 'sensor/user': 'user sensors',
-    'default/mesh': 'meshes',
 }
