@@ -876,3 +876,8 @@ ROUTINES = {
     (CAPSULE, BOX): (capsule_box, 2),
     (BOX, BOX): (box_box, NBOXBOXCON),
 }
+
+# pairs MuJoCo sends to its general convex collider (mjc_Convex / mjc_PlaneConvex)
+from .convex import ROUTINES as _CONVEX_ROUTINES  # noqa: E402  (convex.py imports nothing here)
+
+ROUTINES.update(_CONVEX_ROUTINES)
