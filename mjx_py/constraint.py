@@ -1,0 +1,741 @@
+"""Constraint rows: MuJoCo's mj_makeConstraint, mj_diagApprox, mj_makeImpedance and
+mj_referenceConstraint (engine_core_constraint.c, 3.3.3) for one world, in fixed-capacity buffers.
+
+make_constraint(m, d)
+  reads  qpos, qvel, eq_active, xpos, xquat, xmat, site_xpos, subtree_com, cdof, ten_length,
+         ten_J, contact, ncon (after kinematics, com_pos, tendon and collision)
+  writes efc_type, efc_id (nefc_max,) int32; efc_J (nefc_max, nv); efc_pos, efc_margin,
+         efc_frictionloss, efc_diagApprox, efc_D, efc_R, efc_vel, efc_aref (nefc_max,);
+         efc_KBIP (nefc_max, 4); nefc, ne, nf, nl () int32; contact.efc_address,
+         contact.mu (and contact.exclude = 3 for a contact that moves no dof, sparse mode only)
+reference_constraint(m, d)
+  reads  efc_J, efc_KBIP, efc_pos, efc_margin, qvel
+  writes efc_vel = J qvel, efc_aref = -B vel - K imp (pos - margin)   (nefc_max,)
+
+Rows, in MuJoCo's order (types are mjtConstraint):
+  equality (0)        connect 3 rows (anchor 1 - anchor 2), weld 6 rows (positions, then the
+                      rotation error: imaginary part of conj(q2) q1 relpose, times torquescale),
+                      joint / tendon 1 row (y - y0 - poly(x - x0), poly from polycoef); only
+                      equalities with eq_active set
+  friction loss       dofs (1), then tendons (2), with frictionloss > 0; pos 0
+  limits              joints in joint order: hinge and slide a lower (dist = q - range0, J = +1)
+                      and an upper (dist = range1 - q, J = -1) row, ball one row (dist = range
+                      max - rotation angle, J = -rotation axis); then tendons (lower, upper on
+                      the length, J = +-ten_J); a row exists while dist < margin
+  contacts            per contact of d.contact[:ncon] with exclude == 0: condim 1 one row (5);
+                      pyramidal (6) 2 (dim - 1) rows, J_normal +- friction_k J_k; elliptic (7)
+                      dim rows (normal, tangents, then the torsional / rolling rows); J is the
+                      contact frame times the Jacobian difference (geom2's body - geom1's body)
+                      at the contact point
+A non-contact constraint whose Jacobian is all zero is skipped (MuJoCo's dense-mode rule). In
+sparse mode (opt.jacobian sparse, or auto with nv >= 60) MuJoCo decides by structure instead:
+a connect / weld is skipped when no dof moves either body, and a contact between two bodies that
+no dof moves gets no rows and exclude = 3 (in dense mode it gets zero rows), both followed here;
+for tendon rows the structural non-zeros of ten_J are approximated by its values. The Jacobian
+is dense in both modes.
+
+Impedance and reference (per constraint; a connect / weld uses the norm of its 3 / 6 residuals,
+a contact its normal distance, for all its rows): solimp (d0, dwidth, width, midpoint, power),
+clamped as MuJoCo does, gives imp(|pos - margin| / width) and its derivative; solref is either
+(timeconst, dampratio) > 0, with timeconst >= 2 timestep unless the refsafe flag is disabled,
+giving K = 1 / (dwidth^2 timeconst^2 dampratio^2), B = 2 / (dwidth timeconst), or (-stiffness,
+-damping): K = stiffness / dwidth^2, B = damping / dwidth (a mixed-sign solref becomes the default
+0.02 1). Friction-loss rows and the friction rows of elliptic contacts have K = 0; the latter use
+solreffriction when it is non-zero. R = max(1e-15, (1 - imp) / imp * diagApprox), diagApprox from
+the qpos0 inverse weights (body_invweight0 for connect / weld / contacts, dof_invweight0 for joint
+rows, tendon_invweight0 for tendon rows). Frictional contacts: R_1 = R_0 / impratio, mu =
+friction_0 sqrt(R_1 / R_0) (into contact.mu); elliptic R_j = R_1 friction_0^2 / friction_{j-1}^2
+for j >= 2; pyramidal: every row 2 mu^2 R_0. Then D = 1 / R and diagApprox = R imp / (1 - imp).
+
+Fixed capacity. Every element that can produce rows has *candidate* rows at static places: every
+equality a block of as many rows as the largest equality type of the model, each friction-loss dof
+and tendon one row, each limited hinge / slide / ball joint and tendon two rows (lower, upper; a
+ball joint uses one), each contact slot of d.contact (nconmax of them) as many rows as the largest
+condim among the model's candidate geom pairs can give. The stage computes all candidates at once
+(vmap), marks the active ones and compacts them, in order, into rows [0, nefc) of the efc_*
+buffers. Their capacity ``m.nefc_max`` (static, from ``row_tables`` at put_model) is the number of
+rows the model can produce at once: the equality rows of every equality, every friction-loss
+row, both sides of every limit and nconmax times the rows of the largest contact, for the parts
+that the disable flags leave on. Overflow is impossible by construction: no world can activate
+more rows than that. Unused rows have efc_type = efc_id = -1 and every float 0 (D = 0, so a
+solver that reads the whole buffer gives them no weight).
+
+Gradients: the selection (which rows are active, their order) carries none; the values do, and
+stay finite at singular points (zero residual norms, zero ball-joint angles, saturated or flat
+impedance, unused contact slots): every branch is evaluated at safe arguments.
+
+The elements that can produce rows are fixed by the Model at put_model (as the static type sets
+are): a dof or tendon whose frictionloss is 0 there never gets a row, whatever value it is given
+later (a positive value that is set to 0 later does drop its row); jnt_limited / tendon_limited
+edited after put_model have no effect. Rebuild the Model with put_model after such edits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import math, support
+from .data import EFC_UNUSED
+from .errors import NotSupportedError
+from .math import MINVAL
+
+# mjtConstraint
+EQUALITY, FRICTION_DOF, FRICTION_TENDON, LIMIT_JOINT, LIMIT_TENDON = 0, 1, 2, 3, 4
+CONTACT_FRICTIONLESS, CONTACT_PYRAMIDAL, CONTACT_ELLIPTIC = 5, 6, 7
+# mjtEq, and the rows each type makes
+EQ_CONNECT, EQ_WELD, EQ_JOINT, EQ_TENDON, EQ_FLEX = 0, 1, 2, 3, 4
+EQ_ROWS = {EQ_CONNECT: 3, EQ_WELD: 6, EQ_JOINT: 1, EQ_TENDON: 1}
+OBJ_SITE = 6                      # mjOBJ_SITE (otherwise connect / weld name bodies)
+FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
+PYRAMIDAL, ELLIPTIC = 0, 1
+DSBL_CONSTRAINT, DSBL_EQUALITY, DSBL_FRICTIONLOSS, DSBL_LIMIT, DSBL_CONTACT = 1, 2, 4, 8, 16
+DSBL_REFSAFE = 1 << 11
+JAC_SPARSE, JAC_AUTO = 1, 2
+MINIMP, MAXIMP = 0.0001, 0.9999   # mjMINIMP, mjMAXIMP
+DEFAULT_SOLREF = (0.02, 1.0)      # replaces a mixed-sign solref
+
+
+# ---------------------------------------------------------------------------------------------
+# Host side: candidate tables and capacity
+
+def _contact_rows(cmax: int, cone: int) -> int:
+  """Rows of a contact with condim ``cmax`` (1 for a frictionless one, whatever the cone)."""
+  if cmax <= 1:
+    return 1
+  return 2 * (cmax - 1) if cone == PYRAMIDAL else cmax
+
+
+def row_tables(arrays: dict, tables: dict, nconmax: int) -> dict:
+  """Static constraint-row tables of a compiled model (numpy, host only; see module docstring).
+
+  arrays: the compiler's dict of MuJoCo-named arrays; tables: the collision candidate tables
+  (``mjx_py.collision.driver.pair_tables``); nconmax: the contact buffer's capacity.
+  Returns the Model's static fields ``nefc_max`` (the efc buffers' capacity), ``efc_friction``
+  ((dof ids, tendon ids) with frictionloss > 0), ``efc_limit`` ((limited hinge / slide / ball
+  joint ids, limited tendon ids)) and ``efc_rows``: the most rows each part can hold at once,
+  before the disable flags (equality, friction loss, limits, rows per contact slot).
+  """
+  def ints(name):
+    return np.asarray(arrays[name], np.int64).reshape(-1)
+
+  def floats(name):
+    return np.asarray(arrays[name], np.float64).reshape(-1)
+
+  fric = (tuple(int(i) for i in np.flatnonzero(floats('dof_frictionloss') > 0)),
+          tuple(int(i) for i in np.flatnonzero(floats('tendon_frictionloss') > 0)))
+  jtype = ints('jnt_type')
+  jlim = (ints('jnt_limited') != 0) & (jtype != FREE)
+  limit = (tuple(int(i) for i in np.flatnonzero(jlim)),
+           tuple(int(i) for i in np.flatnonzero(ints('tendon_limited') != 0)))
+  ne = sum(EQ_ROWS.get(int(t), 0) for t in ints('eq_type'))
+  nf = len(fric[0]) + len(fric[1])
+  nl = 2 * int(np.sum(jlim & (jtype != BALL))) + int(np.sum(jlim & (jtype == BALL))) + 2 * len(
+      limit[1])
+  # the largest condim a contact can have: mixing always picks one of the two geoms' condims,
+  # an explicit pair has its own; the candidates are the table's rows (col_geom, col_pairid)
+  # and, with the sort-based broadphase, pairs of the geoms it sweeps (col_sweep)
+  geom = np.asarray(tables['col_geom'], np.int64).reshape(-1, 2)
+  pairid = np.asarray(tables['col_pairid'], np.int64).reshape(-1)
+  sweep = np.asarray(tables.get('col_sweep', ()), np.int64).reshape(-1)
+  condim = ints('geom_condim')
+  dims = [1, int(np.max(condim[sweep], initial=1))]
+  if geom.size:
+    dyn = pairid < 0
+    dims += [int(np.max(condim[geom[dyn]], initial=1)),
+             int(np.max(ints('pair_dim')[pairid[~dyn]], initial=1))]
+  conrows = _contact_rows(max(dims), int(arrays['opt_cone']))
+  rows = (ne, nf, nl, conrows)
+  nefc_max = capacity(rows, nconmax if tables['ncandidate'] else 0,
+                      int(arrays['opt_disableflags']), int(arrays['nv']))
+  return {'nefc_max': nefc_max, 'efc_friction': fric, 'efc_limit': limit, 'efc_rows': rows}
+
+
+def capacity(rows, nconmax: int, disableflags: int, nv: int) -> int:
+  """Rows the model can produce at once with these disable flags (see module docstring)."""
+  if disableflags & DSBL_CONSTRAINT or nv == 0:
+    return 0
+  ne, nf, nl, conrows = rows
+  return ((0 if disableflags & DSBL_EQUALITY else ne)
+          + (0 if disableflags & DSBL_FRICTIONLOSS else nf)
+          + (0 if disableflags & DSBL_LIMIT else nl)
+          + (0 if disableflags & DSBL_CONTACT else nconmax * conrows))
+
+
+# ---------------------------------------------------------------------------------------------
+# Impedance and reference: MuJoCo's getsolparam / getimpedance / mj_makeImpedance, elementwise
+
+def _clean_solref(ref, timestep, refsafe: bool, friction: bool = False):
+  """solref (..., 2) as MuJoCo uses it: a mixed-sign pair becomes the default (solreffriction:
+  zero), then timeconst >= 2 timestep for the standard form (refsafe)."""
+  mixed = ((ref[..., 0] > 0) ^ (ref[..., 1] > 0))[..., None]
+  fallback = jnp.zeros_like(ref) if friction else jnp.asarray(DEFAULT_SOLREF, ref.dtype)
+  ref = jnp.where(mixed, fallback, ref)
+  if refsafe:
+    tc = ref[..., 0]
+    ref = ref.at[..., 0].set(jnp.where(tc > 0, jnp.maximum(tc, 2 * timestep), tc))
+  return ref
+
+
+def _clean_solimp(imp):
+  """solimp (..., 5) clamped as MuJoCo does (d0, dwidth, midpoint in [1e-4, 0.9999], width >=
+  0, power >= 1)."""
+  clamp = lambda x: jnp.clip(x, MINIMP, MAXIMP)  # noqa: E731
+  return jnp.stack([clamp(imp[..., 0]), clamp(imp[..., 1]), jnp.maximum(imp[..., 2], 0.0),
+                    clamp(imp[..., 3]), jnp.maximum(imp[..., 4], 1.0)], axis=-1)
+
+
+def _power(a, b):
+  """a ** b with MuJoCo's exact shortcuts for b = 1 and b = 2 (a > 0 wherever it is used)."""
+  return jnp.where(b == 1, a, jnp.where(b == 2, a * a, a ** b))
+
+
+def impedance(solimp, pos, margin):
+  """(imp, imp') of constraints at ``pos - margin`` (elementwise; solimp (..., 5) clamped).
+
+  imp = d0 + y(x) (dwidth - d0), x = |pos - margin| / width: the sigmoid y made of a power
+  curve below the midpoint and its mirror above, saturated at x >= 1; flat (the mean of d0 and
+  dwidth) when d0 == dwidth or width is ~0. The unused branches are evaluated at x = 0.5, so
+  gradients stay finite.
+  """
+  d0, dw, width, mid, p = (solimp[..., k] for k in range(5))
+  flat = (d0 == dw) | (width <= MINVAL)
+  w = jnp.where(flat, 1.0, width)
+  x = (pos - margin) / w
+  sgn = jnp.where(x < 0, -1.0, 1.0)
+  x = jnp.abs(x)
+  sat = (x >= 1) | (x <= 0)
+  xs = jnp.where(sat | flat, 0.5, x)
+  a = 1 / _power(mid, p - 1)
+  b = 1 / _power(1 - mid, p - 1)
+  low = xs <= mid
+  y = jnp.where(low, a * _power(xs, p), 1 - b * _power(1 - xs, p))
+  yp = jnp.where(low, p * a * _power(xs, p - 1), p * b * _power(1 - xs, p - 1))
+  y = jnp.where(p == 1, xs, y)
+  yp = jnp.where(p == 1, 1.0, yp)
+  imp = d0 + y * (dw - d0)
+  impp = yp * sgn * (dw - d0) / w
+  imp = jnp.where(flat, 0.5 * (d0 + dw), jnp.where(sat, jnp.where(x >= 1, dw, d0), imp))
+  impp = jnp.where(flat | sat, 0.0, impp)
+  return imp, impp
+
+
+def _stiffness_damping(ref, dmax):
+  """(K, B) from a cleaned solref (..., 2) and dwidth (...): standard or direct form."""
+  tc, dr = ref[..., 0], ref[..., 1]
+  k = jnp.where(tc > 0, 1 / jnp.maximum(MINVAL, dmax * dmax * tc * tc * dr * dr),
+                -tc / jnp.maximum(MINVAL, dmax * dmax))
+  b = jnp.where(dr > 0, 2 / jnp.maximum(MINVAL, dmax * tc), -dr / jnp.maximum(MINVAL, dmax))
+  return k, b
+
+
+def _regularizer(imp, diag):
+  """R = max(1e-15, (1 - imp) diagApprox / imp)."""
+  return jnp.maximum(MINVAL, (1 - imp) * diag / imp)
+
+
+class Rows(NamedTuple):
+  """Candidate rows of one part (n rows), before compaction: what the row is, and the inputs of
+  its impedance and regularizer."""
+  J: jax.Array             # (n, nv)
+  pos: jax.Array           # (n,)
+  margin: jax.Array        # (n,)
+  frictionloss: jax.Array  # (n,)
+  type: jax.Array          # (n,) int32
+  id: jax.Array            # (n,) int32
+  active: jax.Array        # (n,) bool
+  diag: jax.Array          # (n,) diagApprox before the impedance
+  solref: jax.Array        # (n, 2) as given (cleaned once for all rows)
+  solimp: jax.Array        # (n, 5) as given
+  imp_pos: jax.Array       # (n,) position of the constraint the row belongs to ...
+  imp_margin: jax.Array    # (n,) ... and its margin, for the impedance
+  friction: jax.Array      # (n,) bool: K = 0 (friction loss, elliptic friction rows)
+
+
+def _scalar_rows(J, pos, margin, frictionloss, ctype, cid, active, diag, solref, solimp,
+                 friction: bool):
+  """Rows whose impedance uses their own pos and margin (friction loss, limits)."""
+  n = pos.shape[0]
+  return Rows(J, pos, margin, frictionloss, jnp.full((n,), ctype, jnp.int32),
+              cid.astype(jnp.int32), active, diag, solref, solimp, pos, margin,
+              jnp.full((n,), friction))
+
+
+def _refsafe(m) -> bool:
+  return not m.opt.disableflags & DSBL_REFSAFE
+
+
+def _sparse(m) -> bool:
+  """MuJoCo's mj_isSparse: which of its Jacobian paths (and their row rules) applies."""
+  return m.opt.jacobian == JAC_SPARSE or (m.opt.jacobian == JAC_AUTO and m.nv >= 60)
+
+
+# ---------------------------------------------------------------------------------------------
+# The four parts
+
+# quaternion product as a bilinear form: (a b)_i = sum_jk _QMUL[i, j, k] a_j b_k (one einsum
+# instead of component slices: a smaller program to compile and differentiate)
+_QMUL = np.zeros((4, 4, 4))
+for _i, _j, _k, _sgn in ((0, 0, 0, 1), (0, 1, 1, -1), (0, 2, 2, -1), (0, 3, 3, -1),
+                         (1, 0, 1, 1), (1, 1, 0, 1), (1, 2, 3, 1), (1, 3, 2, -1),
+                         (2, 0, 2, 1), (2, 1, 3, -1), (2, 2, 0, 1), (2, 3, 1, 1),
+                         (3, 0, 3, 1), (3, 1, 2, 1), (3, 2, 1, -1), (3, 3, 0, 1)):
+  _QMUL[_i, _j, _k] = _sgn
+
+
+def _quat_mul(a, b):
+  """Hamilton products a b of quaternions (n, 4)."""
+  return jnp.einsum('ijk,nj,nk->ni', jnp.asarray(_QMUL, a.dtype), a, b)
+
+
+def _jac_dif(m, d, p1, b1, p2, b2):
+  """Jacobian differences (point p1 on body b1) - (point p2 on body b2), translational and
+  rotational, (n, 3, nv) each, for n pairs (one vmapped mj_jac over both sides)."""
+  n = p1.shape[0]
+  jp, jr = jax.vmap(lambda p, b: support.jac(m, d, p, b))(
+      jnp.concatenate([p1, p2]), jnp.concatenate([b1, b2]))
+  return jp[:n] - jp[n:], jr[:n] - jr[n:]
+
+
+def _equality(m, d) -> Rows:
+  """Equality rows: a block of ``nb`` candidate rows per equality (nb: the largest type's)."""
+  types = [t for t in m.eq_types if t in EQ_ROWS]
+  if len(types) != len(m.eq_types):
+    raise NotSupportedError('flex equality constraints are not implemented; disable equality '
+                            'constraints with <option><flag equality="disable"/></option>')
+  nb = max(EQ_ROWS[t] for t in types)
+  nv, dtype = m.nv, d.qpos.dtype
+  site = m.eq_objtype == OBJ_SITE
+  id1, id2 = m.eq_obj1id, m.eq_obj2id
+  data = m.eq_data
+  cpos, jac, diag, ipos = {}, {}, {}, {}
+
+  def pad(x, axis_rows):
+    """(neq, r, ...) -> (neq, nb, ...) with zero rows."""
+    extra = nb - axis_rows
+    if not extra:
+      return x
+    return jnp.concatenate([x, jnp.zeros((x.shape[0], extra) + x.shape[2:], x.dtype)], axis=1)
+
+  if EQ_CONNECT in types or EQ_WELD in types:
+    s1, s2 = jnp.clip(id1, 0, max(m.nsite - 1, 0)), jnp.clip(id2, 0, max(m.nsite - 1, 0))
+    bo1, bo2 = jnp.clip(id1, 0, m.nbody - 1), jnp.clip(id2, 0, m.nbody - 1)
+    if m.nsite:
+      b1 = jnp.where(site, m.site_bodyid[s1], bo1)
+      b2 = jnp.where(site, m.site_bodyid[s2], bo2)
+    else:
+      b1, b2 = bo1, bo2
+    iw = m.body_invweight0
+    xmat = d.xmat.reshape(-1, 3, 3)
+
+    # world points of the two sides (connect: anchor data[0:3] on body 1, data[3:6] on body 2;
+    # weld: data[3:6] on body 1, data[0:3] on body 2; site forms: the sites), and the Jacobian
+    # differences side 1 - side 2 at them, translational and rotational (neq, 3, nv)
+    weld = (m.eq_type == EQ_WELD)[:, None]
+    a1 = jnp.where(weld, data[:, 3:6], data[:, 0:3])
+    a2 = jnp.where(weld, data[:, 0:3], data[:, 3:6])
+    p1 = d.xpos[bo1] + jnp.einsum('nij,nj->ni', xmat[bo1], a1)
+    p2 = d.xpos[bo2] + jnp.einsum('nij,nj->ni', xmat[bo2], a2)
+    if m.nsite:
+      p1 = jnp.where(site[:, None], d.site_xpos[s1], p1)
+      p2 = jnp.where(site[:, None], d.site_xpos[s2], p2)
+    jp, jr = _jac_dif(m, d, p1, b1, p2, b2)
+    tran = iw[b1, 0] + iw[b2, 0]
+
+    if EQ_CONNECT in types:
+      cpos[EQ_CONNECT] = pad(p1 - p2, 3)
+      jac[EQ_CONNECT] = pad(jp, 3)
+      diag[EQ_CONNECT] = pad(jnp.repeat(tran[:, None], 3, axis=1), 3)
+      ipos[EQ_CONNECT] = math.safe_norm(p1 - p2)
+    if EQ_WELD in types:
+      # rotation error Im(conj(q2) q1 relpose) (relpose data[6:10]; site form: the sites'
+      # frames), times torquescale data[10]
+      q1 = _quat_mul(d.xquat[bo1], data[:, 6:10])
+      q2 = d.xquat[bo2]
+      if m.nsite:
+        q1 = jnp.where(site[:, None], _quat_mul(d.xquat[b1], m.site_quat[s1]), q1)
+        q2 = jnp.where(site[:, None], _quat_mul(d.xquat[b2], m.site_quat[s2]), q2)
+      # conj(q2) (0, w) q1 = R(q1) L(conj(q2)) (0, w): the error's Jacobian is 0.5 torquescale
+      # times the imaginary 3x3 block of that product, applied to the rotational Jacobian
+      qmul = jnp.asarray(_QMUL, dtype)
+      left = jnp.einsum('ijk,nj->nik', qmul, math.quat_conj(q2))         # L(conj(q2)) (neq,4,4)
+      right = jnp.einsum('ijk,nk->nij', qmul, q1)                        # R(q1)
+      scale = data[:, 10]
+      rot = jnp.einsum('nij,nj->ni', left, q1)[:, 1:] * scale[:, None]
+      block = jnp.einsum('nij,njk->nik', right, left)[:, 1:, 1:]
+      jrot = 0.5 * scale[:, None, None] * jnp.einsum('nij,njv->niv', block, jr)
+      cpos[EQ_WELD] = pad(jnp.concatenate([p1 - p2, rot], axis=1), 6)
+      jac[EQ_WELD] = pad(jnp.concatenate([jp, jrot], axis=1), 6)
+      rotw = iw[b1, 1] + iw[b2, 1]
+      diag[EQ_WELD] = pad(jnp.stack([tran] * 3 + [rotw] * 3, axis=1), 6)
+      ipos[EQ_WELD] = math.safe_norm(jnp.concatenate([p1 - p2, rot], axis=1))
+
+  def coupling(y, y0, x, x0, j1, j2, w1, w2):
+    """y - y0 - poly(x - x0) (only y - y0 - a0 without a second object), its Jacobian j1 -
+    poly'(x - x0) j2 and diagApprox w1 + w2."""
+    has2 = id2 >= 0
+    dif = x - x0
+    poly = (data[:, 1] * dif + data[:, 2] * dif * dif + data[:, 3] * dif * dif * dif
+            + data[:, 4] * dif * dif * dif * dif)
+    deriv = (data[:, 1] + 2 * data[:, 2] * dif + 3 * data[:, 3] * dif * dif
+             + 4 * data[:, 4] * dif * dif * dif)
+    err = y - y0 - data[:, 0] - jnp.where(has2, poly, 0.0)
+    j = j1 - jnp.where(has2, deriv, 0.0)[:, None] * j2
+    w = w1 + jnp.where(has2, w2, 0.0)
+    return pad(err[:, None], 1), pad(j[:, None], 1), pad(w[:, None], 1), err
+
+  if EQ_JOINT in types:
+    j1 = jnp.clip(id1, 0, max(m.njnt - 1, 0))
+    j2 = jnp.clip(id2, 0, max(m.njnt - 1, 0))
+    a1, a2 = m.jnt_qposadr[j1], m.jnt_qposadr[j2]
+    v1, v2 = m.jnt_dofadr[j1], m.jnt_dofadr[j2]
+    eye = jnp.eye(nv, dtype=dtype)
+    cpos[EQ_JOINT], jac[EQ_JOINT], diag[EQ_JOINT], ipos[EQ_JOINT] = coupling(
+        d.qpos[a1], m.qpos0[a1], d.qpos[a2], m.qpos0[a2], eye[v1], eye[v2],
+        m.dof_invweight0[v1], m.dof_invweight0[v2])
+  if EQ_TENDON in types:
+    t1 = jnp.clip(id1, 0, max(m.ntendon - 1, 0))
+    t2 = jnp.clip(id2, 0, max(m.ntendon - 1, 0))
+    cpos[EQ_TENDON], jac[EQ_TENDON], diag[EQ_TENDON], ipos[EQ_TENDON] = coupling(
+        d.ten_length[t1], m.tendon_length0[t1], d.ten_length[t2], m.tendon_length0[t2],
+        d.ten_J[t1], d.ten_J[t2], m.tendon_invweight0[t1], m.tendon_invweight0[t2])
+
+  def select(values):
+    """The value of each equality's own type."""
+    out = values[types[0]]
+    for t in types[1:]:
+      sel = (m.eq_type == t).reshape((-1,) + (1,) * (out.ndim - 1))
+      out = jnp.where(sel, values[t], out)
+    return out
+
+  cpos, jac, diag, ipos = select(cpos), select(jac), select(diag), select(ipos)
+  size = jnp.asarray([EQ_ROWS.get(t, 0) for t in range(EQ_FLEX + 1)], jnp.int32)[m.eq_type]
+  in_block = jnp.arange(nb)[None, :] < size[:, None]                      # (neq, nb)
+  if _sparse(m) and (EQ_CONNECT in types or EQ_WELD in types):
+    # sparse mode: a connect / weld is empty when no dof moves either body
+    moved = jnp.any((m.body_dofmask[b1] > 0) | (m.body_dofmask[b2] > 0), axis=1)
+    nonempty = jnp.where((m.eq_type == EQ_CONNECT) | (m.eq_type == EQ_WELD), moved,
+                         jnp.any(jac != 0, axis=(1, 2)))
+  else:
+    nonempty = jnp.any((jac != 0) & in_block[:, :, None], axis=(1, 2))
+  active = in_block & ((d.eq_active != 0) & nonempty)[:, None]
+
+  # one impedance per equality (from the norm of its residuals), shared by its rows
+  n = m.neq * nb
+  zeros = jnp.zeros((n,), dtype)
+  return Rows(jac.reshape(n, nv), cpos.reshape(n), zeros, zeros,
+              jnp.full((n,), EQUALITY, jnp.int32),
+              jnp.repeat(jnp.arange(m.neq, dtype=jnp.int32), nb), active.reshape(n),
+              diag.reshape(n), jnp.repeat(m.eq_solref, nb, axis=0),
+              jnp.repeat(m.eq_solimp, nb, axis=0), jnp.repeat(ipos, nb), zeros,
+              jnp.zeros((n,), bool))
+
+
+def _friction(m, d) -> list:
+  """Friction-loss rows: the candidate dofs, then the candidate tendons (one row each)."""
+  dofs, tendons = m.efc_friction
+  dtype = d.qpos.dtype
+  parts = []
+  if dofs:
+    ids = jnp.asarray(dofs, jnp.int32)
+    fl = m.dof_frictionloss[ids]
+    zero = jnp.zeros_like(fl)
+    parts.append(_scalar_rows(
+        jnp.eye(m.nv, dtype=dtype)[ids], zero, zero, fl, FRICTION_DOF, ids, fl > 0,
+        m.dof_invweight0[ids], m.dof_solref[ids], m.dof_solimp[ids], friction=True))
+  if tendons:
+    ids = jnp.asarray(tendons, jnp.int32)
+    fl = m.tendon_frictionloss[ids]
+    jac = d.ten_J[ids]
+    zero = jnp.zeros_like(fl)
+    parts.append(_scalar_rows(
+        jac, zero, zero, fl, FRICTION_TENDON, ids, (fl > 0) & jnp.any(jac != 0, axis=1),
+        m.tendon_invweight0[ids], m.tendon_solref_fri[ids], m.tendon_solimp_fri[ids],
+        friction=True))
+  return parts
+
+
+def _ball_angle(q):
+  """(rotation angle >= 0, unit axis) of a ball joint's quaternion as MuJoCo takes it
+  (mju_quat2Vel, then normalized; angle in [0, pi], axis (1, 0, 0) at a zero angle)."""
+  q = math.quat_normalize(q)
+  v = q[1:]
+  s = math.safe_norm(v)
+  ex = jnp.asarray([1.0, 0.0, 0.0], q.dtype)
+  axis = jnp.where(s < MINVAL, ex, v / jnp.where(s < MINVAL, 1.0, s))
+  speed = 2 * jnp.arctan2(s, q[0])
+  speed = jnp.where(speed > jnp.pi, speed - 2 * jnp.pi, speed)
+  angle = jnp.abs(speed)
+  axis = jnp.where(angle < MINVAL, ex, jnp.where(speed < 0, -axis, axis))
+  return angle, axis
+
+
+def _limit(m, d) -> list:
+  """Limit rows: two candidates per limited joint (hinge / slide: lower, upper; ball: its row
+  and an unused one), in joint order, then two per limited tendon."""
+  joints, tendons = m.efc_limit
+  dtype = d.qpos.dtype
+  nv = m.nv
+  parts = []
+  if joints:
+    ids = jnp.asarray(joints, jnp.int32)
+    jtype = m.jnt_type[ids]
+    qadr, vadr = m.jnt_qposadr[ids], m.jnt_dofadr[ids]
+    rng, margin = m.jnt_range[ids], m.jnt_margin[ids]
+    value = d.qpos[qadr]
+    # side -1 (lower): dist = -(range0 - q), J = +1; side +1 (upper): dist = range1 - q, J = -1
+    dist = jnp.stack([-(rng[:, 0] - value), rng[:, 1] - value], axis=1)
+    unit = jnp.zeros((len(joints), nv), dtype).at[jnp.arange(len(joints)), vadr].set(1.0)
+    jac = jnp.stack([unit, -unit], axis=1)                                  # (n, 2, nv)
+    valid = jnp.ones((len(joints), 2), bool)
+    if BALL in m.jnt_types:
+      quat = d.qpos[jnp.minimum(qadr[:, None] + jnp.arange(4), m.nq - 1)]
+      angle, axis = jax.vmap(_ball_angle)(quat)
+      ball = jtype == BALL
+      bdist = jnp.maximum(rng[:, 0], rng[:, 1]) - angle
+      bjac = jnp.zeros((len(joints), nv), dtype).at[
+          jnp.arange(len(joints))[:, None], vadr[:, None] + jnp.arange(3)].set(-axis, mode='drop')
+      dist = jnp.where(ball[:, None], jnp.stack([bdist, jnp.zeros_like(bdist)], axis=1), dist)
+      jac = jnp.where(ball[:, None, None], jnp.stack([bjac, jnp.zeros_like(bjac)], axis=1), jac)
+      valid = valid & ~(ball[:, None] & (jnp.arange(2) == 1))
+    margin2 = jnp.repeat(margin, 2)
+    pos = dist.reshape(-1)
+    parts.append(_scalar_rows(
+        jac.reshape(-1, nv), pos, margin2, jnp.zeros_like(pos), LIMIT_JOINT,
+        jnp.repeat(ids, 2), valid.reshape(-1) & (pos < margin2),
+        jnp.repeat(m.dof_invweight0[vadr], 2), jnp.repeat(m.jnt_solref[ids], 2, axis=0),
+        jnp.repeat(m.jnt_solimp[ids], 2, axis=0), friction=False))
+  if tendons:
+    ids = jnp.asarray(tendons, jnp.int32)
+    value = d.ten_length[ids]
+    rng, margin = m.tendon_range[ids], m.tendon_margin[ids]
+    dist = jnp.stack([-(rng[:, 0] - value), rng[:, 1] - value], axis=1).reshape(-1)
+    tj = d.ten_J[ids]
+    jac = jnp.stack([tj, -tj], axis=1).reshape(-1, nv)
+    margin2 = jnp.repeat(margin, 2)
+    nonempty = jnp.repeat(jnp.any(tj != 0, axis=1), 2)
+    parts.append(_scalar_rows(
+        jac, dist, margin2, jnp.zeros_like(dist), LIMIT_TENDON, jnp.repeat(ids, 2),
+        (dist < margin2) & nonempty, jnp.repeat(m.tendon_invweight0[ids], 2),
+        jnp.repeat(m.tendon_solref_lim[ids], 2, axis=0),
+        jnp.repeat(m.tendon_solimp_lim[ids], 2, axis=0), friction=False))
+  return parts
+
+
+def _contact(m, d):
+  """Contact rows: ``nr`` candidate rows per contact slot. Returns (Rows, no_dofs (nconmax,)
+  bool: used contacts that no dof moves, sparse mode only)."""
+  nc, nr, nv = m.nconmax, m.efc_rows[3], m.nv
+  c = d.contact
+  dtype = d.qpos.dtype
+  used = jnp.arange(nc) < d.ncon
+  g1, g2 = jnp.maximum(c.geom1, 0), jnp.maximum(c.geom2, 0)
+  b1, b2 = m.geom_bodyid[g1], m.geom_bodyid[g2]
+  dim = jnp.where(used, c.dim, 1)
+  frame = c.frame.reshape(nc, 3, 3)
+  fr = jnp.where(used[:, None], c.friction, 1.0)                 # unused slots: finite math
+  pyramidal = m.opt.cone == PYRAMIDAL
+
+  # Jacobian difference geom2's body - geom1's body at the contact point, in the contact frame:
+  # rows normal, tangent1, tangent2, then the same axes for the rotation (torsion, rolling)
+  jp, jr = _jac_dif(m, d, c.pos, b2, c.pos, b1)
+  rows6 = jnp.concatenate([jnp.einsum('nij,njv->niv', frame, jp),
+                           jnp.einsum('nij,njv->niv', frame, jr)], axis=1)   # (nc, 6, nv)
+  r = jnp.arange(nr)
+  if pyramidal:
+    # rows 2(k-1), 2(k-1)+1: J_normal +- friction[k-1] J_k, k = 1 .. dim-1
+    k = jnp.minimum(r // 2 + 1, 5)
+    sgn = jnp.where(r % 2 == 0, 1.0, -1.0).astype(dtype)
+    edge = rows6[:, :1] + (sgn * fr[:, k - 1])[:, :, None] * rows6[:, k]
+    jac = jnp.where((dim == 1)[:, None, None], rows6[:, :1], edge)
+    nrow = jnp.where(dim == 1, 1, 2 * (dim - 1))
+    ctype = jnp.where(dim == 1, CONTACT_FRICTIONLESS, CONTACT_PYRAMIDAL)
+    pos = jnp.broadcast_to(c.dist[:, None], (nc, nr))
+    margin = jnp.broadcast_to(c.includemargin[:, None], (nc, nr))
+  else:
+    jac = rows6[:, :nr]
+    nrow = dim
+    ctype = jnp.where(dim == 1, CONTACT_FRICTIONLESS, CONTACT_ELLIPTIC)
+    first = (r == 0)[None, :]
+    pos = jnp.where(first, c.dist[:, None], 0.0)
+    margin = jnp.where(first, c.includemargin[:, None], 0.0)
+
+  active = used & (c.exclude == 0)
+  no_dofs = jnp.zeros((nc,), bool)
+  if _sparse(m):
+    moved = jnp.any((m.body_dofmask[b1] > 0) | (m.body_dofmask[b2] > 0), axis=1)
+    no_dofs = active & ~moved
+    active = active & moved
+  row_active = active[:, None] & (r[None, :] < nrow[:, None])
+
+  # diagApprox from the bodies' qpos0 inverse weights
+  iw = m.body_invweight0
+  tran = iw[b1, 0] + iw[b2, 0]
+  rot = iw[b1, 1] + iw[b2, 1]
+  if pyramidal:
+    j = jnp.minimum(r // 2, 4)
+    f2 = fr[:, j] * fr[:, j]
+    diag = tran[:, None] + f2 * jnp.where(j < 2, tran[:, None], rot[:, None])
+  else:
+    diag = jnp.where(r < 3, tran[:, None], rot[:, None])
+  diag = jnp.where((dim == 1)[:, None], tran[:, None], diag)
+
+  # solref per row: elliptic friction rows use solreffriction when it is non-zero (after its own
+  # cleaning: a mixed-sign one becomes zero) and have K = 0
+  ref = jnp.broadcast_to(c.solref[:, None], (nc, nr, 2))
+  fric_row = jnp.zeros((nc, nr), bool)
+  if not pyramidal:
+    fric_row = (r[None, :] > 0) & (dim > 1)[:, None]
+    reff = _clean_solref(c.solreffriction, m.opt.timestep, _refsafe(m), friction=True)
+    own = (jnp.any(reff != 0, axis=1)[:, None] & fric_row)[:, :, None]
+    ref = jnp.where(own, reff[:, None], ref)
+  solimp = jnp.where(used[:, None], c.solimp, 0.5)                # unused slots: finite math
+
+  def rows(x):
+    return jnp.broadcast_to(x[:, None], (nc, nr) + x.shape[1:]).reshape((nc * nr,) + x.shape[1:])
+
+  n = nc * nr
+  out = Rows(jac.reshape(n, nv), pos.reshape(n), margin.reshape(n), jnp.zeros((n,), dtype),
+             rows(ctype).astype(jnp.int32), rows(jnp.arange(nc, dtype=jnp.int32)),
+             row_active.reshape(n), diag.reshape(n), ref.reshape(n, 2), rows(solimp),
+             rows(c.dist), rows(c.includemargin), fric_row.reshape(n))
+  return out, no_dofs
+
+
+def _contact_regularizer(m, d, reg):
+  """The frictional contacts' R (nconmax, nr): R_1 = R_0 / impratio, then elliptic R_j = R_1
+  friction_0^2 / friction_{j-1}^2 (j >= 2), pyramidal 2 mu^2 R_0 on every row; and the cone's
+  mu = friction_0 sqrt(R_1 / R_0) (nconmax,)."""
+  c = d.contact
+  nc, nr = reg.shape
+  used = jnp.arange(nc) < d.ncon
+  fr = jnp.where(used[:, None], c.friction, 1.0)
+  dim = jnp.where(used, c.dim, 1)
+  r = jnp.arange(nr)
+  r0 = reg[:, 0]
+  r1 = r0 / jnp.maximum(MINVAL, m.opt.impratio)
+  mu = fr[:, 0] * jnp.sqrt(r1 / r0)
+  if m.opt.cone == PYRAMIDAL:
+    adjusted = jnp.broadcast_to((2 * mu * mu * r0)[:, None], (nc, nr))
+  else:
+    fj = fr[:, jnp.clip(r - 1, 0, 4)]
+    later = r1[:, None] * fr[:, :1] * fr[:, :1] / (fj * fj)
+    adjusted = jnp.where(r == 0, r0[:, None], jnp.where(r == 1, r1[:, None], later))
+  return jnp.where((dim > 1)[:, None], adjusted, reg), mu
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+
+def _check_capacity(m):
+  need = capacity(m.efc_rows, m.nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
+  if need > m.nefc_max:
+    raise ValueError(f'the efc buffers hold {m.nefc_max} rows but this Model can produce {need}'
+                     ' (its options or nconmax changed after put_model): rebuild it with '
+                     'put_model')
+
+
+def make_constraint(m, d):
+  """Constraint rows, impedance and reference acceleration (mj_makeConstraint and
+  mj_referenceConstraint); see the module docstring for what is read and written."""
+  flags = m.opt.disableflags
+  cap = m.nefc_max
+  zero = jnp.zeros((), jnp.int32)
+  contact = dataclasses.replace(d.contact, efc_address=jnp.full_like(d.contact.efc_address, -1))
+  parts, counts = [], {'ne': zero, 'nf': zero, 'nl': zero}
+  con_start = None
+  if not flags & DSBL_CONSTRAINT and m.nv and cap:
+    _check_capacity(m)
+    if not flags & DSBL_EQUALITY and m.neq:
+      parts.append(('ne', _equality(m, d)))
+    if not flags & DSBL_FRICTIONLOSS:
+      parts += [('nf', p) for p in _friction(m, d)]
+    if not flags & DSBL_LIMIT:
+      parts += [('nl', p) for p in _limit(m, d)]
+    if not flags & DSBL_CONTACT and m.nconmax and m.ncandidate:
+      con_rows, no_dofs = _contact(m, d)
+      con_start = sum(p.active.shape[0] for _, p in parts)
+      parts.append((None, con_rows))
+  if not parts:
+    return reference_constraint(m, _write(m, d, None, cap, contact, counts))
+
+  rows = Rows(*(jnp.concatenate(f) for f in zip(*(p for _, p in parts))))
+  for name in counts:
+    active = [p.active for key, p in parts if key == name]
+    if active:
+      counts[name] = jnp.sum(jnp.concatenate(active), dtype=jnp.int32)
+
+  # impedance, stiffness, damping and regularizer of every candidate row at once
+  ref = _clean_solref(rows.solref, m.opt.timestep, _refsafe(m))
+  solimp = _clean_solimp(rows.solimp)
+  imp, impp = impedance(solimp, rows.imp_pos, rows.imp_margin)
+  k, b = _stiffness_damping(ref, solimp[:, 1])
+  k = jnp.where(rows.friction, 0.0, k)
+  reg = _regularizer(imp, rows.diag)
+  if con_start is not None:
+    # frictional contacts: R of the friction rows, and per contact its first row's place after
+    # compaction, the cone's mu, exclude = 3 when it moves no dof (sparse mode)
+    nc, nr = m.nconmax, m.efc_rows[3]
+    end = con_start + nc * nr
+    con_reg, mu = _contact_regularizer(m, d, reg[con_start:end].reshape(nc, nr))
+    reg = reg.at[con_start:end].set(con_reg.reshape(-1))
+    dest = jnp.cumsum(rows.active, dtype=jnp.int32) - 1
+    first = con_start + nr * jnp.arange(nc)
+    has_rows = rows.active[first]
+    contact = dataclasses.replace(
+        contact, efc_address=jnp.where(has_rows, dest[first], -1).astype(jnp.int32),
+        mu=jnp.where(has_rows & (contact.dim > 1), mu, contact.mu),
+        exclude=jnp.where(no_dofs, 3, contact.exclude).astype(jnp.int32))
+  kbip = jnp.stack([k, b, imp, impp], axis=-1)
+  return reference_constraint(m, _write(m, d, (rows, reg, kbip), cap, contact, counts))
+
+
+def _write(m, d, rows, cap, contact, counts):
+  """Compacts the active candidate rows, in order, into the efc buffers (rows: (Rows, R,
+  KBIP), or None when the model has none)."""
+  if rows is None:
+    dtype = d.qpos.dtype
+    fields = {'efc_J': jnp.zeros((cap, m.nv), dtype), 'efc_KBIP': jnp.zeros((cap, 4), dtype),
+              'efc_type': jnp.full((cap,), EFC_UNUSED, jnp.int32),
+              'efc_id': jnp.full((cap,), EFC_UNUSED, jnp.int32)}
+    for name in ('efc_pos', 'efc_margin', 'efc_frictionloss', 'efc_diagApprox', 'efc_D',
+                 'efc_R'):
+      fields[name] = jnp.zeros((cap,), dtype)
+    return dataclasses.replace(d, contact=contact, nefc=jnp.zeros((), jnp.int32), **counts,
+                               **fields)
+  rows, reg, kbip = rows
+  n = rows.active.shape[0]
+  sel = jnp.nonzero(rows.active, size=cap, fill_value=n)[0]
+
+  def take(x, fill=0):
+    return jnp.take(x, sel, axis=0, mode='fill', fill_value=fill)
+
+  imp = kbip[:, 2]
+  fields = {
+      'efc_type': take(rows.type, EFC_UNUSED), 'efc_id': take(rows.id, EFC_UNUSED),
+      'efc_J': take(rows.J), 'efc_pos': take(rows.pos), 'efc_margin': take(rows.margin),
+      'efc_frictionloss': take(rows.frictionloss), 'efc_R': take(reg),
+      'efc_D': take(1 / reg), 'efc_diagApprox': take(reg * imp / (1 - imp)),
+      'efc_KBIP': take(kbip),
+  }
+  nefc = jnp.sum(rows.active, dtype=jnp.int32)
+  return dataclasses.replace(d, contact=contact, nefc=nefc, **counts, **fields)
+
+
+def reference_constraint(m, d):
+  """efc_vel = efc_J qvel and efc_aref = -B vel - K imp (pos - margin) (mj_referenceConstraint).
+
+  reads  efc_J (nefc_max, nv), efc_KBIP (nefc_max, 4), efc_pos, efc_margin (nefc_max,), qvel
+  writes efc_vel, efc_aref (nefc_max,); unused rows stay 0
+  """
+  vel = d.efc_J @ d.qvel
+  k, b, imp = d.efc_KBIP[:, 0], d.efc_KBIP[:, 1], d.efc_KBIP[:, 2]
+  aref = -b * vel - k * imp * (d.efc_pos - d.efc_margin)
+  return dataclasses.replace(d, efc_vel=vel, efc_aref=aref)
+
+
+__all__ = ['make_constraint', 'reference_constraint', 'row_tables', 'capacity', 'impedance']
