@@ -6,6 +6,7 @@ Public API (MuJoCo's names)::
   d = mjx_py.make_data(m)                            # reset state at qpos0
   d = mjx_py.reset_data(m, key=0)                    # state stored in keyframe 0
   d = mjx_py.step(m, d)                              # mj_step (also mjx_py.forward)
+  dist, geomid = mjx_py.ray(m, d, pnt, vec)          # mj_ray (vmap over rays)
 """
 
 from __future__ import annotations
@@ -15,20 +16,28 @@ from .data import Data, make_data, reset_data
 from .errors import MJCFError, NotSupportedError
 from .forward import forward, step
 from .model import Model, Option, Statistic, name2id, put_model
+from .ray import ray
 from .setconst import set_const
 
 
-def from_xml_string(xml: str, assets: dict | None = None, nconmax: int | None = None) -> Model:
+def from_xml_string(xml: str, assets: dict | None = None, nconmax: int | None = None,
+                    broadphase: str = 'auto', npairmax: int | None = None) -> Model:
   """Compiles MJCF text into a Model. ``assets`` maps file names to contents (for includes);
-  ``nconmax`` overrides the contact buffer's capacity (see ``put_model``)."""
-  return put_model(mjcf.compile_string(xml, assets), nconmax=nconmax)
+  ``nconmax`` overrides the contact buffer's capacity, ``broadphase`` ('auto', 'table' or
+  'sap') chooses the collision broadphase and ``npairmax`` caps the pairs of one geom type
+  pair whose narrowphase runs (see ``put_model``)."""
+  return put_model(mjcf.compile_string(xml, assets), nconmax=nconmax, broadphase=broadphase,
+                   npairmax=npairmax)
 
 
-def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None) -> Model:
-  """Compiles an MJCF file into a Model (``nconmax``: see ``from_xml_string``)."""
-  return put_model(mjcf.compile_file(path, assets), nconmax=nconmax)
+def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None,
+                  broadphase: str = 'auto', npairmax: int | None = None) -> Model:
+  """Compiles an MJCF file into a Model (``nconmax``, ``broadphase``, ``npairmax``: see
+  ``from_xml_string``)."""
+  return put_model(mjcf.compile_file(path, assets), nconmax=nconmax, broadphase=broadphase,
+                   npairmax=npairmax)
 
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
-           'forward', 'step', 'set_const']
+           'forward', 'step', 'set_const', 'ray']

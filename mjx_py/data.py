@@ -25,12 +25,25 @@ Shapes (MuJoCo's names and sizes); all floats in the default JAX float dtype, co
   qfrc_bias, qfrc_passive, qfrc_actuator, qfrc_smooth, qacc_smooth, qfrc_constraint  (nv,)
   qfrc_spring, qfrc_damper, qfrc_gravcomp, qfrc_fluid  (nv,)  parts of qfrc_passive
   subtree_linvel, subtree_angmom  (nbody, 3)
+  cacc, cfrc_int, cfrc_ext  (nbody, 6)  com-based body acceleration, interaction and external
+                     wrenches (mj_rnePostConstraint; computed when a sensor needs them)
   wrap_xpos          (2*nwrap, 3)    tendon path points; wrap_obj (2*nwrap,) int32
   ten_wrapadr, ten_wrapnum  (ntendon,) int32: each tendon's points in wrap_xpos/wrap_obj
   energy             (2,)            potential and kinetic energy
   warning_counts     (8,)            MuJoCo's warning counters (mjtWarning order), int32
   contact            Contact         contact buffer, nconmax rows (see Contact)
   ncon               ()              number of contacts: rows [0, ncon) of contact, int32
+
+Constraint rows (mj_makeConstraint, mjx_py.constraint), a buffer of m.nefc_max rows: rows
+[0, nefc) hold the active rows in MuJoCo's order (equality, friction loss, limits, contacts);
+unused rows have efc_type = efc_id = -1 and every float 0 (so efc_D = 0: they weigh nothing):
+  efc_type, efc_id   (nefc_max,)     mjtConstraint type and object id, int32
+  efc_J              (nefc_max, nv)  dense constraint Jacobian
+  efc_pos, efc_margin, efc_frictionloss, efc_diagApprox, efc_D, efc_R, efc_vel, efc_aref
+                     (nefc_max,)     position, margin, friction loss, approximate A diagonal,
+                                     1/R, regularizer, J qvel, reference acceleration
+  efc_KBIP           (nefc_max, 4)   stiffness, damping, impedance and its derivative
+  nefc, ne, nf, nl   ()              rows in use: all, equality, friction loss, limits (int32)
 
 ``make_data(m)`` gives MuJoCo's reset state (``mj_resetData``): qpos = qpos0, mocap poses from
 the mocap bodies, eq_active = eq_active0, everything else zero. Later pipeline stages fill the
@@ -77,10 +90,20 @@ _SHAPES = (
     ('qfrc_spring', lambda m: (m.nv,)), ('qfrc_damper', lambda m: (m.nv,)),
     ('qfrc_gravcomp', lambda m: (m.nv,)), ('qfrc_fluid', lambda m: (m.nv,)),
     ('subtree_linvel', lambda m: (m.nbody, 3)), ('subtree_angmom', lambda m: (m.nbody, 3)),
+    ('cacc', lambda m: (m.nbody, 6)), ('cfrc_int', lambda m: (m.nbody, 6)),
+    ('cfrc_ext', lambda m: (m.nbody, 6)),
+    ('efc_J', lambda m: (m.nefc_max, m.nv)), ('efc_pos', lambda m: (m.nefc_max,)),
+    ('efc_margin', lambda m: (m.nefc_max,)), ('efc_frictionloss', lambda m: (m.nefc_max,)),
+    ('efc_diagApprox', lambda m: (m.nefc_max,)), ('efc_KBIP', lambda m: (m.nefc_max, 4)),
+    ('efc_D', lambda m: (m.nefc_max,)), ('efc_R', lambda m: (m.nefc_max,)),
+    ('efc_vel', lambda m: (m.nefc_max,)), ('efc_aref', lambda m: (m.nefc_max,)),
 )
 _INT_FIELDS = {'eq_active': lambda m: (m.neq,), 'warning_counts': lambda m: (NWARNING,),
                'wrap_obj': lambda m: (2 * m.nwrap,), 'ten_wrapadr': lambda m: (m.ntendon,),
-               'ten_wrapnum': lambda m: (m.ntendon,)}
+               'ten_wrapnum': lambda m: (m.ntendon,),
+               'efc_type': lambda m: (m.nefc_max,), 'efc_id': lambda m: (m.nefc_max,),
+               'nefc': lambda m: (), 'ne': lambda m: (), 'nf': lambda m: (), 'nl': lambda m: ()}
+EFC_UNUSED = -1  # efc_type and efc_id of an unused constraint row
 
 # mjContact: (name, trailing shape, kind: f float / i int32)
 CONTACT_FIELDS = (
@@ -158,6 +181,8 @@ def make_data(m) -> Data:
   fields['qpos'] = jnp.asarray(m.qpos0, dtype)
   fields['mocap_pos'], fields['mocap_quat'] = _mocap_init(m, dtype)
   fields['eq_active'] = jnp.asarray(m.eq_active0, jnp.int32)
+  fields['efc_type'] = jnp.full((m.nefc_max,), EFC_UNUSED, jnp.int32)
+  fields['efc_id'] = jnp.full((m.nefc_max,), EFC_UNUSED, jnp.int32)
   fields['contact'] = empty_contact(m.nconmax, dtype)
   fields['ncon'] = jnp.zeros((), jnp.int32)
   return Data(**fields)

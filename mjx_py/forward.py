@@ -1,11 +1,14 @@
 """forward() and step(): MuJoCo's pipeline in MuJoCo's order, as an outline.
 
-forward(m, d) -> d   (mj_forward)
+forward(m, d) -> d   (mj_forward, mj_forwardSkip with skipsensor)
   position: kinematics, com_pos, camlight, tendon, crb, tendon_armature, collision,
-            transmission
-  velocity: tendon/actuator velocity, com_vel, passive, rne
-  actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (not implemented yet)
-step(m, d) -> d      (mj_step) forward, then the integrator chosen by m.opt.integrator.
+            transmission; then position sensors, and energy[0] with the energy flag
+  velocity: tendon/actuator velocity, com_vel, passive, rne; then velocity sensors, and
+            energy[1] with the energy flag
+  actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (not implemented yet),
+  acceleration sensors
+step(m, d) -> d      (mj_step) forward, then the integrator chosen by m.opt.integrator (RK4's
+                     intermediate evaluations skip the sensors, as MuJoCo's do).
 
 Constraints (contacts, limits, friction loss, equality) come with the constraint-solver
 issue. Until then a model that can produce constraint rows, with the constraint solver
@@ -27,6 +30,7 @@ from . import (
   integrate,
   kinematics,
   passive,
+  sensor,
   support,
   tendon,
   transmission,
@@ -36,6 +40,7 @@ from .errors import NotSupportedError
 
 DSBL_CONSTRAINT, DSBL_EQUALITY, DSBL_FRICTIONLOSS, DSBL_LIMIT, DSBL_CONTACT = 1, 2, 4, 8, 16
 EULER, RK4, IMPLICIT, IMPLICITFAST = 0, 1, 2, 3
+ENBL_ENERGY = 1 << 1
 
 
 def _check_constraints(m):
@@ -98,14 +103,34 @@ def fwd_constraint(m, d):
   return dataclasses.replace(d, qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc))
 
 
-def forward(m, d):
-  """Forward dynamics (mj_forward): every derived quantity of the current state."""
+def forward(m, d, *, skipsensor=False):
+  """Forward dynamics (mj_forward): every derived quantity of the current state.
+
+  skipsensor (static): leave sensordata (and what only sensors compute: subtree_linvel /
+  subtree_angmom, cacc / cfrc_*) untouched, as mj_forwardSkip(m, d, mjSTAGE_NONE, 1).
+  """
   _check_constraints(m)
+  energy = bool(m.opt.enableflags & ENBL_ENERGY)
   d = fwd_position(m, d)
+  if not skipsensor:
+    d = sensor.sensor_pos(m, d)
+  if energy:
+    d = sensor.energy_pos(m, d)
   d = fwd_velocity(m, d)
+  if not skipsensor:
+    d = sensor.sensor_vel(m, d)
+  if energy:
+    d = sensor.energy_vel(m, d)
   d = actuation.actuation(m, d)
   d = fwd_acceleration(m, d)
-  return fwd_constraint(m, d)
+  d = fwd_constraint(m, d)
+  if not skipsensor:
+    d = sensor.sensor_acc(m, d)
+  return d
+
+
+def _forward_skip_sensor(m, d):
+  return forward(m, d, skipsensor=True)
 
 
 def step(m, d):
@@ -113,7 +138,7 @@ def step(m, d):
   integrator = m.opt.integrator
   if integrator == RK4:
     d = forward(m, d)
-    return integrate.rk4(m, d, forward)
+    return integrate.rk4(m, d, _forward_skip_sensor)
   d = forward(m, d)
   if integrator == EULER:
     return integrate.euler(m, d)

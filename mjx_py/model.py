@@ -108,6 +108,22 @@ light_dir                f nlightx3               direction rel. to body frame
 light_type               i nlight                 type of light (mjtLightType)
 light_castshadow         i nlight                 does light cast shadows
 light_active             i nlight                 is light on
+mesh_vertadr             i nmesh                  first vertex address
+mesh_vertnum             i nmesh                  number of vertices
+mesh_faceadr             i nmesh                  first face address
+mesh_facenum             i nmesh                  number of faces
+mesh_vert                f nmeshvertx3            vertex positions for all meshes
+mesh_face                i nmeshfacex3            vertex face data
+mesh_scale               f nmeshx3                scaling applied to asset vertices
+mesh_pos                 f nmeshx3                translation applied to asset vertices
+mesh_quat                f nmeshx4                rotation applied to asset vertices
+mesh_hullvert            f nmeshxmaxhullx3        engine-only: hull vertices, repeat-1st padded
+mesh_hullvertnum         i nmesh                  engine-only: number of hull vertices
+hfield_size              f nhfieldx4              (x, y, z_top, z_bottom)
+hfield_nrow              i nhfield                number of rows in grid
+hfield_ncol              i nhfield                number of columns in grid
+hfield_adr               i nhfield                address in hfield_data
+hfield_data              f nhfielddata            elevation data
 body_mass                f nbody                  mass
 body_ipos                f nbodyx3                local position of center of mass
 body_iquat               f nbodyx4                local orientation of inertia ellipsoid
@@ -248,19 +264,30 @@ SIZES = ('nq', 'nv', 'nu', 'na', 'nbody', 'njnt', 'ngeom', 'nsite', 'ncam', 'nli
          'npair', 'nexclude', 'neq', 'ntendon', 'nwrap', 'nsensor', 'nsensordata', 'nkey',
          'nnumeric', 'ntuple', 'ntext', 'ntree', 'ngravcomp', 'nM', 'nuser_body', 'nuser_jnt',
          'nuser_geom', 'nuser_site', 'nuser_cam', 'nuser_tendon', 'nuser_actuator',
-         'nuser_sensor')
+         'nuser_sensor', 'nmesh', 'nmeshvert', 'nmeshface', 'nhfield', 'nhfielddata')
 # Engine-only static counts (host-computed, see constraint_counts): which constraint kinds
 # the model can produce. They let stages that are not implemented yet refuse loudly.
 # has_fluid (static): option density or viscosity is positive, so fluid forces are built at
 # all; to randomize density/viscosity under vmap, start from a model where one is positive.
-COUNT_SIZES = ('nlimit', 'nfriction', 'ncandidate', 'has_fluid')
+COUNT_SIZES = ('nlimit', 'nfriction', 'ncandidate', 'has_fluid', 'nefc_max', 'efc_friction',
+               'efc_limit', 'efc_rows')
+# Constraint rows (host-computed by mjx_py.constraint.row_tables, see mjx_py.constraint):
+#   nefc_max: capacity of the efc_* buffers (every row the model can produce at once, with the
+#   disable flags of put_model); efc_friction: (dof ids, tendon ids) with frictionloss > 0;
+#   efc_limit: (limited hinge/slide/ball joint ids, limited tendon ids), tuples of ints;
+#   efc_rows: most rows of (equality, friction loss, limits, one contact slot), before flags.
 # Engine-only static collision metadata (host-computed, see mjx_py.collision.driver):
 #   nconmax: the contact buffer's capacity (put_model's nconmax, else <size nconmax> if >= 0,
 #     else a default from the candidate pairs);
-#   col_groups: one (type1, type2, start, count, ncon, example_geom1, example_geom2) per geom
-#     type pair: its rows start:start+count in col_geom/col_pairid/col_conadr, and the contacts
-#     its narrowphase routine returns per pair.
-COLLISION_META = ('nconmax', 'col_groups')
+#   col_groups: one (type1, type2, start, count, ncon, example_geom1, example_geom2, nsweep)
+#     per geom type pair: its rows start:start+count in col_geom/col_pairid/col_conadr, the
+#     contacts its narrowphase routine returns per pair, and its dynamic candidate pairs left to
+#     the sort-based broadphase (0 with the table);
+#   broadphase: 'table' (host list of every candidate pair) or 'sap' (sweep-and-prune on the
+#     device), put_model's broadphase ('auto' picks by the number of dynamic candidate pairs);
+#   npairmax: the most pairs of one geom type pair whose narrowphase runs in a step (put_model's
+#     npairmax, else nconmax; like MJX's max_geom_pairs).
+COLLISION_META = ('nconmax', 'col_groups', 'broadphase', 'npairmax')
 # Engine-only static type sets (host-computed, see type_sets): the sorted distinct values of
 # the discrete type fields, so that stages only trace the branches a model can take (a humanoid
 # has no ball-joint or slider-crank code in its step). They are fixed by the compiled model: a
@@ -321,7 +348,7 @@ Statistic = _frozen_pytree(
 # tendon.path_indices.
 ENGINE_FIELDS = ('body_levels', 'body_jnts', 'dof_ancestor', 'body_dofmask', 'wrap_tendonid',
                  'tendon_seg', 'tendon_wrapseg', 'tendon_slot', 'col_geom', 'col_pairid',
-                 'col_conadr')
+                 'col_conadr', 'col_sweep', 'col_exclude', 'col_explicit')
 __doc__ += '''
 Engine-only int32 index tables (see mjx_py.tree): body_levels (ndepth, width) body ids by
 depth; body_jnts (nbody, maxjnt) joint ids per body; dof_ancestor (nv, nv) ancestor mask;
@@ -329,9 +356,12 @@ body_dofmask (nbody, nv) dofs that move each body. Tendon paths (see mjx_py.tend
 wrap_tendonid (nwrap,) tendon of each wrap object; tendon_seg (nseg, 5) spatial-tendon
 segments; tendon_wrapseg (nwseg,) segments that wrap a geom; tendon_slot (nslot, 3) the points
 each path can write to wrap_xpos. Collision candidates (see mjx_py.collision.driver), grouped by
-geom type pair: col_geom (ncandidate, 2) geom ids (geom_type[0] <= geom_type[1]); col_pairid
-(ncandidate,) explicit pair id or -1; col_conadr (ncandidate,) first contact slot in MuJoCo's
-order.
+geom type pair: col_geom (nrow, 2) geom ids (geom_type[0] <= geom_type[1]); col_pairid
+(nrow,) explicit pair id or -1; col_conadr (nrow,) first contact slot in MuJoCo's order (the
+rows: every candidate pair with the table broadphase, the explicit pairs with 'sap').
+Sort-based broadphase ('sap'; empty with the table): col_sweep (nsweep,) the geoms it sweeps;
+col_exclude (nexclude,) sorted excluded body signatures; col_explicit (npair,) sorted
+geom1 * ngeom + geom2 (geom1 < geom2) of the explicit pairs.
 '''
 
 Model = _frozen_pytree(
@@ -350,22 +380,31 @@ def _leaf(value, kind: str):
   return jnp.asarray(a.astype(np.float64), dtype=jnp.result_type(float))
 
 
-def put_model(arrays: dict, nconmax: int | None = None) -> Model:
+def put_model(arrays: dict, nconmax: int | None = None, broadphase: str = 'auto',
+              npairmax: int | None = None) -> Model:
   """Builds a Model from the compiler's dict of MuJoCo-named numpy arrays.
 
   arrays: output of ``mjx_py.mjcf.compile_file``/``compile_string``. Floats become the default
   JAX float dtype, integer fields int32.
   nconmax: capacity of the contact buffer (static); None: ``<size nconmax>`` if set (>= 0),
   else a default from the model's candidate pairs (see mjx_py.collision.driver).
+  broadphase: 'table' (a host list of every candidate geom pair, bounding-tested each step;
+  cheapest for small models), 'sap' (sort-based sweep-and-prune on the device: memory and time
+  grow with the capacities, not with the square of the geoms) or 'auto' (sap above
+  ``driver.SAP_THRESHOLD`` dynamic candidate pairs). Static.
+  npairmax: the most pairs of one geom type pair whose narrowphase runs in a step (static, both
+  broadphases; MJX's max_geom_pairs); None: nconmax.
   """
   from .collision import driver  # late: the collision package imports jax-side modules
   kwargs = {name: _leaf(arrays[name], kind) for name, kind, _, _ in FIELDS}
   kwargs.update({k: _leaf(v, 'i') for k, v in tree.tree_indices(arrays).items()})
   kwargs.update({k: _leaf(v, 'i') for k, v in tendon.path_indices(arrays).items()})
-  tables = driver.pair_tables(arrays)
-  kwargs.update({k: _leaf(tables[k], 'i') for k in ('col_geom', 'col_pairid', 'col_conadr')})
+  tables = driver.pair_tables(arrays, broadphase)
+  kwargs.update({k: _leaf(tables[k], 'i') for k in driver.INDEX_FIELDS})
   kwargs['col_groups'] = tables['col_groups']
+  kwargs['broadphase'] = tables['broadphase']
   kwargs['nconmax'] = driver.capacity(int(arrays.get('nconmax', -1)), tables, nconmax)
+  kwargs['npairmax'] = driver.pair_capacity(kwargs['nconmax'], npairmax)
   kwargs.update({n: int(arrays[n]) for n in SIZES})
   opt = {}
   for name, static in OPTION_FIELDS:
@@ -374,7 +413,7 @@ def put_model(arrays: dict, nconmax: int | None = None) -> Model:
   kwargs['opt'] = Option(**opt)
   kwargs['stat'] = Statistic(**{n: _leaf(arrays[f'stat_{n}'], 'f') for n in STAT_FIELDS})
   kwargs['names'] = tuple(sorted((k, tuple(v)) for k, v in arrays['names'].items()))
-  kwargs.update(constraint_counts(arrays, tables))
+  kwargs.update(constraint_counts(arrays, tables, kwargs['nconmax']))
   kwargs.update(type_sets(arrays))
   return Model(**kwargs)
 
@@ -406,7 +445,8 @@ def name2id(m: Model, objtype: str, name: str) -> int:
   return -1
 
 
-def constraint_counts(arrays: dict, tables: dict | None = None) -> dict:
+def constraint_counts(arrays: dict, tables: dict | None = None,
+                      nconmax: int | None = None) -> dict:
   """Host-side counts of the constraints a model can produce (before disable flags).
 
   nlimit: limited joints and tendons; nfriction: dofs and tendons with frictionloss;
@@ -414,6 +454,8 @@ def constraint_counts(arrays: dict, tables: dict | None = None) -> dict:
   MuJoCo's filters: contype/conaffinity masks, same weld group, both static, parent-child
   filtering unless disabled, excluded body pairs, and pairs that are also explicit), from
   ``mjx_py.collision.driver.pair_tables`` (``tables``: its output, if already computed).
+  Also the constraint-row tables and capacity of ``mjx_py.constraint.row_tables`` (nefc_max,
+  efc_friction, efc_limit, efc_rows; ``nconmax``: the contact capacity, None: the default).
   """
   nlimit = int(np.sum(arrays['jnt_limited'])) + int(np.sum(arrays['tendon_limited']))
   nfriction = int(np.sum(np.asarray(arrays['dof_frictionloss']) > 0)) + int(
@@ -422,5 +464,9 @@ def constraint_counts(arrays: dict, tables: dict | None = None) -> dict:
     from .collision import driver
     tables = driver.pair_tables(arrays)
   has_fluid = int(float(arrays['opt_density']) > 0 or float(arrays['opt_viscosity']) > 0)
+  from . import constraint  # late, like the collision driver
+  if nconmax is None:
+    from .collision import driver
+    nconmax = driver.capacity(int(arrays.get('nconmax', -1)), tables)
   return {'nlimit': nlimit, 'nfriction': nfriction, 'ncandidate': tables['ncandidate'],
-          'has_fluid': has_fluid}
+          'has_fluid': has_fluid, **constraint.row_tables(arrays, tables, nconmax)}

@@ -1,16 +1,21 @@
-"""Collision driver (mj_collision) against MuJoCo 3.3.3, in float64.
+"""Collision driver (mj_collision) against MuJoCo 3.3.3, in float64, with both broadphases (the
+host candidate table and the sort-based sweep, see tests/test_collision_broadphase.py).
 
 1. Random states near contact of the scene models (every primitive pair type; filters and
    parameter mixing; the override and filterparent flags): our contact list equals mj_forward's
    d.contact: the same geom pairs in the same order, and per contact (matched by position within
    its geom pair) dist and pos to 1e-6, frame to 1e-4 and every mixed parameter (friction,
-   solref, solreffriction, solimp, includemargin, dim, exclude) to 1e-12.
+   solref, solreffriction, solimp, includemargin, dim, exclude) to 1e-12; and the sweep's
+   contacts equal the table's (every field, 1e-12).
 2. Candidate pairs: with all free bodies piled up (everything overlaps), the geom pairs that touch
-   are MuJoCo's; ncandidate counts the candidate table.
+   are MuJoCo's; ncandidate counts the candidate pairs.
 3. Capacity: the default rule, <size nconmax>, the nconmax override; when more contacts exist
    than fit, the deepest are kept (in MuJoCo's order) and warning_counts[1] counts the overflow.
 4. Disable flags, unsupported pair types (NotSupportedError), make_data's empty buffer,
    vmap and finite gradients, and a 300-body scene under jit (timings printed with -s).
+
+The collision stage runs on MuJoCo's geom poses (the kinematics stage has its own tests), except
+in test_vmap_and_gradients, which differentiates through both.
 """
 
 from __future__ import annotations
@@ -37,9 +42,10 @@ OVERRIDE = ('<option o_margin="0.012" o_solref="0.03 1.1" o_solimp="0.8 0.9 0.00
             'o_friction="0.7 0.6 0.004 0.0002 0.000001"><flag override="enable"/></option>')
 NOPARENT = '<option><flag filterparent="disable"/></option>'
 PARAMS = ('friction', 'solref', 'solreffriction', 'solimp', 'includemargin', 'dim')
+PATHS = ('table', 'sap')
+BIG = 1000   # nconmax of the scene and filter models: every test compiles them with this one
 
-_kinematics = jax.jit(kinematics.kinematics)   # shared: one trace per model
-_collision = jax.jit(collision)
+_collision = jax.jit(collision)   # shared: one trace per model and broadphase
 
 
 @pytest.fixture(autouse=True)
@@ -48,14 +54,23 @@ def _x64():
     yield
 
 
-def _models(xml, nconmax=None):
-  return (mjx_py.put_model(compile_string(xml), nconmax=nconmax),
+def _models(xml, nconmax=None, broadphase='table'):
+  return (mjx_py.put_model(compile_string(xml), nconmax=nconmax, broadphase=broadphase),
           mujoco.MjModel.from_xml_string(xml))
 
 
-def _ours(m, qpos):
-  d = dataclasses.replace(mjx_py.make_data(m), qpos=jnp.asarray(qpos))
-  return _collision(m, _kinematics(m, d))
+def _poses(m, md):
+  """Our Data holding MuJoCo's geom poses (md after mj_forward)."""
+  d = mjx_py.make_data(m)
+  return dataclasses.replace(d, geom_xpos=jnp.asarray(md.geom_xpos, d.geom_xpos.dtype),
+                             geom_xmat=jnp.asarray(md.geom_xmat, d.geom_xmat.dtype))
+
+
+def _ours(m, md):
+  """Our collision stage on MuJoCo's geom poses: the kinematics stage has its own tests (and
+  runs before collision in test_vmap_and_gradients); skipping it here saves a compilation per
+  model and broadphase."""
+  return _collision(m, _poses(m, md))
 
 
 def _theirs(mj, qpos):
@@ -101,6 +116,16 @@ def _compare(d, md, label):
   _check_unused(d)
 
 
+def _same(a, b, label):
+  """Two of our contact buffers hold the same contacts (the sweep against the table)."""
+  assert int(a.ncon) == int(b.ncon), label
+  assert int(a.warning_counts[1]) == int(b.warning_counts[1]), label
+  for f in dataclasses.fields(a.contact):
+    np.testing.assert_allclose(np.asarray(getattr(a.contact, f.name)),
+                               np.asarray(getattr(b.contact, f.name)), rtol=0, atol=1e-12,
+                               err_msg=f'{label}: {f.name}')
+
+
 def _check_unused(d):
   n = int(d.ncon)
   c = d.contact
@@ -118,24 +143,31 @@ CASES = [('scene', SCENE, None), ('filters', FILTERS, None), ('override', FILTER
 @pytest.mark.parametrize('label,path,option', CASES, ids=[c[0] for c in CASES])
 def test_random_states_match_mujoco(label, path, option):
   xml = read(path) if option is None else with_option(read(path), option)
-  m, mj = _models(xml)
+  m, mj = _models(xml, nconmax=BIG)
+  ms, _ = _models(xml, nconmax=BIG, broadphase='sap')
+  assert ms.broadphase == 'sap' and ms.nconmax == m.nconmax and ms.npairmax > 0
   rng = np.random.default_rng(7)
   states = [mj.qpos0.copy()] + [random_state(mj, rng, qpos_scale=0.02, mocap=False).qpos
                                 for _ in range(6)]
   total = 0
   for k, qpos in enumerate(states):
-    d, md = _ours(m, qpos), _theirs(mj, qpos)
+    md = _theirs(mj, qpos)
+    d = _ours(m, md)
     assert md.ncon <= m.nconmax
     _compare(d, md, f'{label} state {k}')
     assert int(d.warning_counts[1]) == 0
+    ds = _ours(ms, md)
+    _compare(ds, md, f'{label} state {k} (sap)')
+    _same(ds, d, f'{label} state {k}: sap vs table')
     total += md.ncon
   assert total > 5 * len(states)   # the states are near contact
 
 
-def test_filters_features_at_qpos0():
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_filters_features_at_qpos0(broadphase):
   """The filter model's nominal state shows each feature (guards against a silent model edit)."""
-  m, mj = _models(read(FILTERS))
-  d = _ours(m, mj.qpos0)
+  m, mj = _models(read(FILTERS), nconmax=BIG, broadphase=broadphase)
+  d = _ours(m, _theirs(mj, mj.qpos0))
   c = _contacts(d)
   names = dict(m.names)['geom']
   pairs = {(names[a], names[b]) for a, b in c['geom']}
@@ -148,8 +180,9 @@ def test_filters_features_at_qpos0():
   assert len(sled) == 2 and np.allclose(c['includemargin'][sled], 0.003)   # pair, not dynamic
   assert 1 in c['exclude']                                 # soft sphere inside its gap
   assert np.min(c['friction']) == 1e-5                     # mjMINMU
-  mn, mjn = _models(with_option(read(FILTERS), NOPARENT))
-  pairs = {(names[a], names[b]) for a, b in _contacts(_ours(mn, mjn.qpos0))['geom']}
+  mn, mjn = _models(with_option(read(FILTERS), NOPARENT), nconmax=BIG, broadphase=broadphase)
+  c = _contacts(_ours(mn, _theirs(mjn, mjn.qpos0)))
+  pairs = {(names[a], names[b]) for a, b in c['geom']}
   assert ('upper', 'lower') in pairs and ('base', 'upper') in pairs
 
 
@@ -165,17 +198,20 @@ def _piled(mj, rng, center=(0.0, 0.0, 0.04), spread=0.01):
   return qpos
 
 
+@pytest.mark.parametrize('broadphase', PATHS)
 @pytest.mark.parametrize('path', [SCENE, FILTERS], ids=['scene', 'filters'])
-def test_candidate_pairs_match_mujoco(path):
+def test_candidate_pairs_match_mujoco(path, broadphase):
   xml = read(path)
-  m, mj = _models(xml, nconmax=1000)
+  m, mj = _models(xml, nconmax=BIG, broadphase=broadphase)
   tables = pair_tables(compile_string(xml))
-  assert m.ncandidate == tables['ncandidate'] == len(m.col_geom)
-  assert sum(g[3] for g in m.col_groups) == m.ncandidate
+  assert m.ncandidate == tables['ncandidate'] == sum(g[3] + g[7] for g in m.col_groups)
+  # the table lists every candidate; the sweep's table only the explicit pairs
+  assert len(m.col_geom) == sum(g[3] for g in m.col_groups) == (
+      m.ncandidate if broadphase == 'table' else np.sum(np.asarray(m.col_pairid) >= 0))
   rng = np.random.default_rng(3)
   for _ in range(2):
-    qpos = _piled(mj, rng)
-    d, md = _ours(m, qpos), _theirs(mj, qpos)
+    md = _theirs(mj, _piled(mj, rng))
+    d = _ours(m, md)
     ours = {tuple(g) for g in _contacts(d)['geom']}
     theirs = {tuple(c.geom) for c in md.contact[:md.ncon]}
     assert ours == theirs
@@ -186,9 +222,10 @@ def test_default_capacity_rule():
   for path in (SCENE, FILTERS):
     arrays = compile_string(read(path))
     t = pair_tables(arrays)
-    m = mjx_py.put_model(arrays)
-    assert m.nconmax == min(t['ncon_total'], max(64, 6 * t['ngeom_collide']))
-    assert mjx_py.make_data(m).contact.dist.shape == (m.nconmax,)
+    for broadphase in PATHS:   # the sweep counts the same candidates without listing them
+      m = mjx_py.put_model(arrays, broadphase=broadphase)
+      assert m.nconmax == min(t['ncon_total'], max(64, 6 * t['ngeom_collide']))
+      assert mjx_py.make_data(m).contact.dist.shape == (m.nconmax,)
 
 
 SPHERES = """
@@ -209,16 +246,20 @@ def _spheres(size=''):
   return SPHERES.format(size=size, bodies=bodies)
 
 
-def test_size_nconmax_and_override():
-  assert mjx_py.from_xml_string(_spheres('<size nconmax="5"/>')).nconmax == 5
-  assert mjx_py.from_xml_string(_spheres('<size nconmax="5"/>'), nconmax=7).nconmax == 7
-  assert mjx_py.from_xml_string(_spheres()).nconmax == 8 + 28   # every slot fits (< 64)
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_size_nconmax_and_override(broadphase):
+  def load(xml, **kw):
+    return mjx_py.from_xml_string(xml, broadphase=broadphase, **kw)
+  assert load(_spheres('<size nconmax="5"/>')).nconmax == 5
+  assert load(_spheres('<size nconmax="5"/>'), nconmax=7).nconmax == 7
+  assert load(_spheres()).nconmax == 8 + 28   # every slot fits (< 64)
   with pytest.raises(ValueError):
-    mjx_py.from_xml_string(_spheres(), nconmax=-1)
+    load(_spheres(), nconmax=-1)
   # nconmax = 0: no collision detection at all, as in MuJoCo
   xml = _spheres('<size nconmax="0"/>')
-  m, mj = _models(xml)
-  d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+  m, mj = _models(xml, broadphase=broadphase)
+  md = _theirs(mj, mj.qpos0)
+  d = _ours(m, md)
   assert m.nconmax == 0 and int(d.ncon) == 0 and md.ncon == 0
 
 
@@ -240,11 +281,13 @@ def _check_deepest(d, md, k, overflow):
   _check_unused(d)
 
 
-def test_capacity_keeps_deepest_pairs():
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_capacity_keeps_deepest_pairs(broadphase):
   """More sphere-plane pairs pass the broadphase than fit: the deepest pairs run."""
   xml = _spheres()
-  m, mj = _models(xml, nconmax=5)
-  d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+  m, mj = _models(xml, nconmax=5, broadphase=broadphase)
+  md = _theirs(mj, mj.qpos0)
+  d = _ours(m, md)
   assert md.ncon == len(DEPTHS)
   _check_deepest(d, md, 5, len(DEPTHS) - 5)
 
@@ -263,10 +306,12 @@ CAPSULES = """
                        (0.9, 0.048, 89.6))))
 
 
-def test_capacity_keeps_deepest_contacts():
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_capacity_keeps_deepest_contacts(broadphase):
   """All pairs run, but their contacts do not all fit: the deepest contacts are kept."""
-  m, mj = _models(CAPSULES, nconmax=5)
-  d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+  m, mj = _models(CAPSULES, nconmax=5, broadphase=broadphase)
+  md = _theirs(mj, mj.qpos0)
+  d = _ours(m, md)
   assert md.ncon == 8
   _check_deepest(d, md, 5, 3)
   # the counter accumulates over calls
@@ -274,25 +319,29 @@ def test_capacity_keeps_deepest_contacts():
   assert int(d2.warning_counts[1]) == 6
 
 
-def test_capacity_exact_when_survivors_fit():
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_capacity_exact_when_survivors_fit(broadphase):
   """More candidate pairs of a type than the capacity, but few pass the broadphase: exact."""
   xml = SPHERES.format(size='', bodies=''.join(
       f'<body pos="{x} 0 {z}"><freejoint/><geom type="sphere" size="0.05"/></body>'
       for x, z in ((0, 0.049), (0.099, 0.049), (0.4, 0.049), (0.7, 0.049))))
-  m, mj = _models(xml, nconmax=5)
-  assert [g[3] for g in m.col_groups] == [4, 6]
-  d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+  m, mj = _models(xml, nconmax=5, broadphase=broadphase)
+  assert [g[3] + g[7] for g in m.col_groups] == [4, 6]
+  md = _theirs(mj, mj.qpos0)
+  d = _ours(m, md)
   assert md.ncon == 5
   _compare(d, md, 'spheres')
   assert int(d.warning_counts[1]) == 0
 
 
-def test_disabled_contacts_and_empty_buffer():
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_disabled_contacts_and_empty_buffer(broadphase):
   for option in ('<option><flag contact="disable"/></option>',
                  '<option><flag constraint="disable"/></option>'):
     xml = with_option(read(SCENE), option)
-    m, mj = _models(xml)
-    d, md = _ours(m, mj.qpos0), _theirs(mj, mj.qpos0)
+    m, mj = _models(xml, broadphase=broadphase)
+    md = _theirs(mj, mj.qpos0)
+    d = _ours(m, md)
     assert md.ncon == 0 and int(d.ncon) == 0
     _check_unused(d)
   d0 = mjx_py.make_data(m)
@@ -306,20 +355,26 @@ UNSUPPORTED = """
   {option}
   <worldbody>
     <geom name="floor" type="plane" size="3 3 0.1"/>
-    <body pos="0 0 0.1"><freejoint/><geom name="egg" type="ellipsoid" size="0.1 0.05 0.05"/></body>
+    <body pos="0 0 0.1"><freejoint/><geom name="rod" type="capsule" size="0.05 0.1"/></body>
     <body pos="1 0 0.1"><freejoint/><geom name="ball" type="sphere" size="0.1"/></body>
   </worldbody>
 </mujoco>
 """
 
 
-def test_unsupported_pair_type_raises_at_trace_time():
-  m = mjx_py.from_xml_string(UNSUPPORTED.format(option=''))
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_unsupported_pair_type_raises_at_trace_time(broadphase, monkeypatch):
+  """A type pair without a routine (here plane-sphere, taken out of the routine table, so that
+  the test does not depend on which routines exist) raises when traced, naming an example."""
+  from mjx_py.collision import primitive
+  monkeypatch.delitem(primitive.ROUTINES, (0, 2))
+  m = mjx_py.from_xml_string(UNSUPPORTED.format(option=''), broadphase=broadphase)
   d = mjx_py.make_data(m)
-  with pytest.raises(mjx_py.NotSupportedError, match=r"plane and ellipsoid.*'floor' and 'egg'"):
+  with pytest.raises(mjx_py.NotSupportedError, match=r"plane and sphere.*'floor' and 'ball'"):
     jax.eval_shape(collision, m, d)
   off = mjx_py.from_xml_string(
-      UNSUPPORTED.format(option='<option><flag contact="disable"/></option>'))
+      UNSUPPORTED.format(option='<option><flag contact="disable"/></option>'),
+      broadphase=broadphase)
   assert int(collision(off, mjx_py.make_data(off)).ncon) == 0
 
 
@@ -335,8 +390,12 @@ SMALL = """
 """
 
 
-def test_vmap_and_gradients():
-  m, mj = _models(SMALL)
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_vmap_and_gradients(broadphase):
+  """vmap equals single worlds; gradients are finite (the sweep's while_loop carries only
+  stop_gradient'ed index arithmetic). The sweep's vmap over distinct worlds is tested in
+  tests/test_collision_broadphase.py."""
+  m, mj = _models(SMALL, broadphase=broadphase)
   rng = np.random.default_rng(1)
   qs = np.stack([mj.qpos0] + [random_state(mj, rng, qpos_scale=0.01, mocap=False).qpos
                               for _ in range(2)])
@@ -345,12 +404,13 @@ def test_vmap_and_gradients():
     d = dataclasses.replace(mjx_py.make_data(m), qpos=q)
     return collision(m, kinematics.kinematics(m, d))
 
-  batch = jax.jit(jax.vmap(run))(jnp.asarray(qs))
-  for i, q in enumerate(qs):
-    single = _ours(m, q)
-    np.testing.assert_array_equal(batch.ncon[i], single.ncon)
-    np.testing.assert_allclose(batch.contact.dist[i], single.contact.dist, atol=1e-12)
-    _compare(single, _theirs(mj, q), f'small {i}')
+  if broadphase == 'table':
+    batch = jax.jit(jax.vmap(run))(jnp.asarray(qs))
+    for i, q in enumerate(qs):
+      single = _ours(m, _theirs(mj, q))
+      np.testing.assert_array_equal(batch.ncon[i], single.ncon)
+      np.testing.assert_allclose(batch.contact.dist[i], single.contact.dist, atol=1e-12)
+      _compare(single, _theirs(mj, q), f'small {i}')
 
   def depth(q):
     d = run(q)
@@ -379,34 +439,45 @@ def _pile_xml(nbody, rng):
 
 
 def test_300_bodies_under_jit():
+  """Both broadphases on 300 free bodies (45,150 candidate pairs); 'auto' takes the sweep."""
   rng = np.random.default_rng(0)
   xml = _pile_xml(300, rng)
-  m, mj = _models(xml, nconmax=400)
+  arrays = compile_string(xml)   # once: the compiler's qpos0 constants take seconds here
+  m = mjx_py.put_model(arrays, nconmax=400, broadphase='table')
+  mj = mujoco.MjModel.from_xml_string(xml)
   assert m.nconmax == 400 and m.ncandidate == 300 + 300 * 299 // 2
   qpos = random_state(mj, rng, qpos_scale=0.002, mocap=False).qpos
-  d = _kinematics(m, dataclasses.replace(mjx_py.make_data(m), qpos=jnp.asarray(qpos)))
-  t0 = time.perf_counter()
-  compiled = jax.jit(collision).lower(m, d).compile()
-  t1 = time.perf_counter()
-  out = jax.block_until_ready(compiled(m, d))
-  t2 = time.perf_counter()
-  for _ in range(10):
-    out = jax.block_until_ready(compiled(m, d))
-  t3 = time.perf_counter()
-  print(f'\n300 bodies: compile {t1 - t0:.2f} s, first run {t2 - t1:.4f} s, '
-        f'run {(t3 - t2) / 10 * 1e3:.2f} ms, ncon {int(out.ncon)}, capacity {m.nconmax}')
   md = _theirs(mj, qpos)
+  d = _poses(m, md)
   assert 100 < md.ncon < m.nconmax
-  _compare(out, md, '300 bodies')
-  assert int(out.warning_counts[1]) == 0
+  ms = mjx_py.put_model(arrays, nconmax=400)
+  assert ms.broadphase == 'sap' and ms.ncandidate == m.ncandidate and ms.npairmax == 400
+  out = {}
+  for model in (m, ms):
+    t0 = time.perf_counter()
+    compiled = jax.jit(collision).lower(model, d).compile()
+    t1 = time.perf_counter()
+    res = jax.block_until_ready(compiled(model, d))
+    t2 = time.perf_counter()
+    for _ in range(10):
+      res = jax.block_until_ready(compiled(model, d))
+    t3 = time.perf_counter()
+    print(f'\n300 bodies, {model.broadphase}: compile {t1 - t0:.2f} s, first run '
+          f'{t2 - t1:.4f} s, run {(t3 - t2) / 10 * 1e3:.2f} ms, ncon {int(res.ncon)}, '
+          f'capacity {model.nconmax}')
+    _compare(res, md, f'300 bodies ({model.broadphase})')
+    assert int(res.warning_counts[1]) == 0
+    out[model.broadphase] = res
+  _same(out['sap'], out['table'], '300 bodies: sap vs table')
 
 
-def test_float32():
+@pytest.mark.parametrize('broadphase', PATHS)
+def test_float32(broadphase):
   with jax.enable_x64(False):
-    m, mj = _models(SMALL)
-    d = _ours(m, mj.qpos0.astype(np.float32))
-    assert d.contact.dist.dtype == jnp.float32 and d.contact.friction.dtype == jnp.float32
+    m, mj = _models(SMALL, broadphase=broadphase)
     md = _theirs(mj, mj.qpos0)
+    d = _ours(m, md)
+    assert d.contact.dist.dtype == jnp.float32 and d.contact.friction.dtype == jnp.float32
     assert int(d.ncon) == md.ncon == 4
     np.testing.assert_allclose(np.asarray(d.contact.dist[:4]),
                                [c.dist for c in md.contact[:4]], atol=1e-5)

@@ -1,13 +1,12 @@
 """Collision driver: MuJoCo's ``mj_collision`` for one world (engine_collision_driver.c, 3.3.3).
 
-Host side (numpy, at ``put_model``): ``pair_tables`` lists every geom pair that can ever collide,
-in MuJoCo's order, and groups them by geom-type pair; ``capacity`` picks the static size of the
-contact buffer. Device side: ``collision(m, d)`` runs a bounding-sphere broadphase over all those
-pairs, the narrowphase routine of each type pair (``primitive.ROUTINES``) vmapped over the pairs
-that survive, mixes the contact parameters (``mj_contactParam``) and writes ``d.contact``,
-``d.ncon``.
+Host side (numpy, at ``put_model``): ``pair_tables`` finds the geom pairs that can ever collide
+and chooses the broadphase; ``capacity`` and ``pair_capacity`` pick the static buffer sizes.
+Device side: ``collision(m, d)`` finds the pairs whose bounding spheres overlap, runs the
+narrowphase routine of each geom type pair (``primitive.ROUTINES``) vmapped over them, mixes the
+contact parameters (``mj_contactParam``) and writes ``d.contact``, ``d.ncon``.
 
-Candidate pairs (MuJoCo's filters, applied once on the host; see notes/semantics.md section 6):
+Candidate pairs (MuJoCo's filters; see notes/semantics.md section 6):
 
 - explicit ``<pair>``s (``pair_*`` fields), never filtered except by the bounding test;
 - dynamic pairs: geoms of different weld groups (so never two static geoms), not parent/child
@@ -21,30 +20,70 @@ broadphase (sorted by signature ``body1 << 16 | body2``): an explicit pair comes
 dynamic pairs of every body pair whose signature is >= its own, and a body pair's geom pairs come
 in (geom of body1, geom of body2) order (also with the midphase, which re-sorts them so). The
 broadphase's sweep-and-prune and the midphase's box tests only remove pairs that the bounding
-test or the narrowphase would reject too, so the candidates' order is static: each candidate gets
-a static slot address (``col_conadr``) in that order, and a world's contacts are the valid slots
-sorted by address.
+test or the narrowphase would reject too, so the contacts' order is a static function of the
+pair: the lexicographic key (signature, explicit pair id or npair for dynamic pairs, lower geom
+id, higher geom id, contact index within the pair).
 
 Geoms are swapped so that ``geom_type[geom1] <= geom_type[geom2]`` (MuJoCo swaps only when
 strictly greater); the contact normal points from geom1 to geom2.
 
-Model fields (engine-only, int32): ``col_geom`` (ncandidate, 2) geom ids, grouped by type pair;
-``col_pairid`` (ncandidate,) explicit pair id or -1; ``col_conadr`` (ncandidate,) first contact
-slot of the candidate in MuJoCo's order. Static: ``col_groups``, one entry per type pair
-``(type1, type2, start, count, ncon, example_geom1, example_geom2)``, and ``nconmax``.
+Two broadphases, chosen once at ``put_model`` (``broadphase='auto' | 'table' | 'sap'``; 'auto'
+takes the table below ``SAP_THRESHOLD`` dynamic candidate pairs, the sweep above):
+
+- 'table': every candidate pair is listed on the host, in MuJoCo's order (static slot addresses
+  ``col_conadr``), and the bounding test runs on all of them every step. Cheapest for small
+  models; memory and time grow with the number of candidates (the square of the geoms).
+- 'sap' (sort-based sweep-and-prune, on the device, in buffers of static size): each geom of
+  ``col_sweep`` (the geoms that take part in some dynamic candidate pair) projects its bounding
+  sphere, inflated by its margin, on the principal axis of the geom centres; the intervals are
+  sorted by their lower end, each one overlaps a run of the following ones (counted with a
+  binary search), and a prefix sum numbers the overlapping pairs, which are enumerated chunk by
+  chunk (a ``lax.while_loop`` over index arithmetic, no gradient flows through it), filtered on
+  the device (masks, weld and parent groups, ``col_exclude`` body signatures and the
+  ``col_explicit`` geom pairs, both sorted and searched with ``searchsorted``), bounding-tested,
+  and compacted into a buffer of static size (``sweep_capacity``: ``min(nsweep, npairmax)``
+  summed over the type pairs, so that every type pair can fill its narrowphase). Explicit pairs
+  stay a static host list
+  (``col_geom`` holds only them). No array of size ngeom^2 or ncandidate exists on this path,
+  on the host either: ``col_groups`` and ``ncandidate`` come from per-class counts.
+
+Model fields (engine-only, int32): ``col_geom`` (nrow, 2) geom ids, grouped by type pair (table:
+every candidate; sap: the explicit pairs); ``col_pairid`` (nrow,) explicit pair id or -1;
+``col_conadr`` (nrow,) first contact slot of the row in MuJoCo's order, among the rows;
+``col_sweep`` (nsweep,) geoms in the sweep, ``col_exclude`` (nexclude,) sorted excluded body
+signatures and ``col_explicit`` (npair,) sorted ``geom1 * ngeom + geom2`` (geom1 < geom2) of the
+explicit pairs (all three empty on the table path). Static: ``broadphase`` ('table' or 'sap'),
+``col_groups``, one entry per type pair ``(type1, type2, start, count, ncon, example_geom1,
+example_geom2, nsweep)``: rows start:start+count of the table, contacts per pair, and the dynamic
+candidates of that type pair left to the sweep (0 on the table path); ``nconmax`` and
+``npairmax``.
+
+The order of the contacts (MuJoCo's) is a sort key: on the table path the static slot address
+and the contact index within the pair, on the sap path the pair signature, the explicit pair id
+(npair for dynamic pairs), the two geom ids and the contact index (a stable multi-key sort: no
+int32 product of ids is formed)
 
 Capacity (``nconmax``, static): ``put_model(..., nconmax=N)`` if given, else ``<size nconmax>``
 if it is >= 0 (0, as in MuJoCo, means no collision detection at all), else
 ``min(total, max(64, 6 * ngeom_collide))``: ``total`` is the most contacts all candidates can
 produce at once (sum of each pair's routine size, so small models are never truncated), and
 ``ngeom_collide`` the number of geoms that appear in some candidate pair (six contacts per geom
-covers boxes resting on a floor and on each other).
+covers boxes resting on a floor and on each other). Pair capacity (``npairmax``, static, both
+paths, like MJX's ``max_geom_pairs``): the most pairs of one geom type pair whose narrowphase
+runs in a step; ``put_model(..., npairmax=N)`` if given, else ``nconmax`` (a pair that touches
+makes at least one contact). The narrowphase costs far more than either broadphase, and a type
+pair's cost is its capacity, not the pairs that touch: a lower npairmax speeds up piles whose
+contacts spread over several type pairs (the settled 300-body pile of
+examples/compare_collision.py has at most ~250 bounding-overlapping pairs of each type pair for
+~950 contacts).
 
 When more contacts are found than fit, the deepest (smallest ``dist``) are kept, still in
-MuJoCo's order, and ``warning_counts[1]`` (mjWARN_CONTACTFULL) grows by the number left out. The
-narrowphase of one type pair runs on at most ``min(count, nconmax)`` pairs: when more pass the
-broadphase, those that overlap their bounding spheres the most are kept, and the pairs left out
-are also counted in ``warning_counts[1]`` (whether or not they would have touched). Results are
+MuJoCo's order, and ``warning_counts[1]`` (mjWARN_CONTACTFULL) grows by the number left out.
+When more pairs of a type pair pass the bounding test than its narrowphase runs on (npairmax),
+those that overlap their bounding spheres the most are kept, and the pairs left out are also
+counted in ``warning_counts[1]`` (whether or not they would have touched); on the sap path, so
+are bounding-overlapping pairs that did not fit the sweep's buffer (the later ones in sweep
+order; this only happens when some type pair has more than npairmax of them). Results are
 exact whenever that counter does not grow.
 """
 
@@ -63,12 +102,25 @@ from ..math import MINVAL, safe_norm
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH, SDF = range(9)
 GEOM_TYPE_NAMES = ('plane', 'hfield', 'sphere', 'capsule', 'ellipsoid', 'cylinder', 'box', 'mesh',
                    'sdf')
+NTYPE = len(GEOM_TYPE_NAMES)
 DSBL_CONSTRAINT, DSBL_CONTACT, DSBL_FILTERPARENT = 1, 16, 1 << 9
 ENBL_OVERRIDE, ENBL_MULTICCD = 1, 1 << 4
 MINMU = 1e-5           # mjMINMU
 WARN_CONTACTFULL = 1   # mjtWarning
 MIN_NCONMAX = 64       # default capacity: at least this many contacts ...
 NCON_PER_GEOM = 6      # ... or this many per colliding geom (never more than can occur)
+BROADPHASES = ('auto', 'table', 'sap')
+# 'auto' takes the sweep above this many dynamic candidate pairs. Measured on CPU (2 shared
+# cores, free spheres and boxes scattered on a plane, broadphase alone, default capacities):
+# batch 1, both take 0.2-0.3 ms up to ~4,000 candidates, the sweep is faster beyond ~20,000
+# (0.57 vs 0.32 ms at 20,100; 3.8 vs 2.0 ms at 180,300); batch 64 (vmap), the table is faster
+# below ~2,000 (1.4 vs 1.9 ms at 1,035) and the sweep above ~4,000 (7.4 vs 5.4 ms at 4,095, 47
+# vs 20 ms at 20,100). The narrowphase, the same on both paths, costs far more than either.
+SAP_THRESHOLD = 3000
+SWEEP_CHUNK = (1024, 2048)  # pairs enumerated per sweep iteration: the buffer size, within these
+# Index fields this module builds for the Model (int32 leaves)
+INDEX_FIELDS = ('col_geom', 'col_pairid', 'col_conadr', 'col_sweep', 'col_exclude',
+                'col_explicit')
 
 
 def _routines() -> dict:
@@ -92,85 +144,234 @@ def _max_contacts(t1: int, t2: int, enableflags: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# Host side: candidate pair tables and capacity
+# Host side: candidate pairs, broadphase choice and capacities
 
-def pair_tables(arrays: dict) -> dict:
-  """Candidate geom pairs of a compiled model (numpy, host only); see the module docstring.
+def _host_context(arrays: dict) -> dict:
+  """The compiled model's collision inputs as int64 numpy arrays (host only)."""
+  def ints(name):
+    return np.asarray(arrays[name], np.int64).reshape(-1)
+  body, weld, parent = ints('geom_bodyid'), ints('body_weldid'), ints('body_parentid')
+  gweld = weld[body]
+  pg1, pg2 = ints('pair_geom1'), ints('pair_geom2')
+  ngeom = body.size
+  return {
+      'ngeom': ngeom, 'nbody': weld.size, 'gtype': ints('geom_type'), 'body': body,
+      'weld': weld, 'parent': parent, 'gweld': gweld,
+      'gpweld': weld[parent[gweld]],          # weld group of the parent of the geom's group
+      'contype': ints('geom_contype'), 'conaff': ints('geom_conaffinity'),
+      'exclude': np.unique(ints('exclude_signature')),
+      'pg1': pg1, 'pg2': pg2, 'psig': ints('pair_signature'),
+      'explicit': np.unique(np.minimum(pg1, pg2) * ngeom + np.maximum(pg1, pg2)),
+      'filterparent': not int(arrays['opt_disableflags']) & DSBL_FILTERPARENT,
+      'enable': int(arrays['opt_enableflags']),
+  }
 
-  arrays: the compiler's dict of MuJoCo-named arrays. Returns the Model fields ``col_geom``,
-  ``col_pairid``, ``col_conadr`` (int32 arrays), ``col_groups`` (tuple) and the counts
-  ``ncandidate``, ``ncon_total`` (most contacts all candidates can produce at once) and
-  ``ngeom_collide`` (geoms that appear in a candidate pair).
-  """
-  gtype = np.asarray(arrays['geom_type'], np.int64).reshape(-1)
-  ngeom = gtype.size
-  body = np.asarray(arrays['geom_bodyid'], np.int64).reshape(-1)
-  weld = np.asarray(arrays['body_weldid'], np.int64).reshape(-1)
-  parent = np.asarray(arrays['body_parentid'], np.int64).reshape(-1)
-  contype = np.asarray(arrays['geom_contype'], np.int64).reshape(-1)
-  conaff = np.asarray(arrays['geom_conaffinity'], np.int64).reshape(-1)
-  exclude = np.asarray(arrays['exclude_signature'], np.int64).reshape(-1)
-  pg1 = np.asarray(arrays['pair_geom1'], np.int64).reshape(-1)
-  pg2 = np.asarray(arrays['pair_geom2'], np.int64).reshape(-1)
-  psig = np.asarray(arrays['pair_signature'], np.int64).reshape(-1)
-  disable = int(arrays['opt_disableflags'])
-  enable = int(arrays['opt_enableflags'])
 
-  # dynamic pairs (g1 < g2: geoms are stored body by body, so body1 <= body2)
-  g1, g2 = np.triu_indices(ngeom, 1)
-  b1, b2 = body[g1], body[g2]
-  w1, w2 = weld[b1], weld[b2]
+def _base_keep(c: dict, g1, g2):
+  """Dynamic filters that depend on the two geoms alone: weld groups, parent/child, masks."""
+  w1, w2 = c['gweld'][g1], c['gweld'][g2]
   keep = w1 != w2                                    # same weld group, or both static
-  keep &= ((contype[g1] & conaff[g2]) | (contype[g2] & conaff[g1])) != 0
-  if not disable & DSBL_FILTERPARENT:
-    p1, p2 = weld[parent[w1]], weld[parent[w2]]
+  keep &= ((c['contype'][g1] & c['conaff'][g2]) | (c['contype'][g2] & c['conaff'][g1])) != 0
+  if c['filterparent']:
+    p1, p2 = c['gpweld'][g1], c['gpweld'][g2]
     keep &= ~((w1 != 0) & (w2 != 0) & ((w1 == p2) | (w2 == p1)))
-  sig = (b1 << 16) + b2
-  keep &= ~np.isin(sig, exclude)
-  if pg1.size:                                       # explicit pairs take precedence
-    explicit = np.minimum(pg1, pg2) * ngeom + np.maximum(pg1, pg2)
-    keep &= ~np.isin(g1 * ngeom + g2, explicit)
-  g1, g2, sig = g1[keep], g2[keep], sig[keep]
+  return keep
 
-  # all candidates: explicit first in the key (signature, explicit?, ...), as MuJoCo's merge
+
+def _planar(c: dict, g1, g2):
+  """Pairs MuJoCo has no function for: plane/hfield against plane/hfield."""
+  return (c['gtype'][g1] <= HFIELD) & (c['gtype'][g2] <= HFIELD)
+
+
+def _dynamic_keep(c: dict, g1, g2):
+  """All dynamic filters for geom pairs g1 < g2 (so body1 <= body2, as in the signature)."""
+  keep = _base_keep(c, g1, g2) & ~_planar(c, g1, g2)
+  keep &= ~np.isin((c['body'][g1] << 16) + c['body'][g2], c['exclude'])
+  keep &= ~np.isin(g1 * c['ngeom'] + g2, c['explicit'])
+  return keep
+
+
+def _sweep_partners(c: dict) -> np.ndarray:
+  """(ngeom, NTYPE) int64: for each geom, its dynamic candidate partners of each geom type.
+
+  Counted without listing the pairs: geoms fall into classes (type, contype, conaffinity); with
+  N[w, k] the geoms of class k in weld group w, a geom of weld w (parent weld p) has, in a class
+  k that its masks accept, all class-k geoms except those of weld w and, under the parent
+  filter, of p and of the child groups of w. The few pairs that an <exclude> or an explicit
+  <pair> removes are then listed (small) and subtracted, and planar pairs zeroed.
+  """
+  ngeom, gtype = c['ngeom'], c['gtype']
+  out = np.zeros((ngeom, NTYPE), np.int64)
+  if ngeom < 2:
+    return out
+  keys = np.stack([gtype, c['contype'], c['conaff']], axis=1)
+  classes, cls = np.unique(keys, axis=0, return_inverse=True)
+  cls = cls.reshape(-1)
+  ct, ca = classes[:, 1], classes[:, 2]
+  accept = ((ct[:, None] & ca[None, :]) | (ct[None, :] & ca[:, None])) != 0   # (K, K)
+  nk = len(classes)
+  counts = np.zeros((c['nbody'], nk), np.int64)      # rows: weld group (a body id)
+  np.add.at(counts, (c['gweld'], cls), 1)
+  partners = counts.sum(axis=0)[None, :] - counts[c['gweld']]   # other weld groups
+  if c['filterparent']:
+    roots = np.unique(c['weld'])
+    roots = roots[roots != 0]
+    children = np.zeros_like(counts)                 # children[w]: geoms in child groups of w
+    np.add.at(children, c['weld'][c['parent'][roots]], counts[roots])
+    moving = c['gweld'] != 0
+    parent_rows = np.where((moving & (c['gpweld'] != 0))[:, None], counts[c['gpweld']], 0)
+    partners -= np.where(moving[:, None], parent_rows + children[c['gweld']], 0)
+  partners *= accept[cls]
+  np.add.at(out.T, classes[:, 0], partners.T)        # sum the classes of each type
+  out[gtype <= HFIELD, :HFIELD + 1] = 0              # planar pairs have no function
+
+  # pairs removed by <exclude> or by an explicit <pair> (each subtracted once)
+  removed = [np.stack([np.minimum(c['pg1'], c['pg2']), np.maximum(c['pg1'], c['pg2'])], 1)]
+  if c['exclude'].size:
+    order = np.argsort(c['body'], kind='stable')
+    first = np.searchsorted(c['body'][order], np.arange(c['nbody'] + 1))
+    for sig in c['exclude']:
+      b1, b2 = int(sig) >> 16, int(sig) & 0xFFFF
+      if max(b1, b2) >= c['nbody']:
+        continue
+      a = order[first[b1]:first[b1 + 1]]
+      b = order[first[b2]:first[b2 + 1]]
+      grid = np.stack(np.meshgrid(a, b, indexing='ij'), -1).reshape(-1, 2)
+      removed.append(np.sort(grid, axis=1))
+  pairs = np.unique(np.concatenate(removed).reshape(-1, 2), axis=0)
+  if pairs.size:
+    g1, g2 = pairs[:, 0], pairs[:, 1]
+    sig = (c['body'][g1] << 16) + c['body'][g2]
+    hit = np.isin(sig, c['exclude']) | np.isin(g1 * ngeom + g2, c['explicit'])
+    hit &= _base_keep(c, g1, g2) & ~_planar(c, g1, g2) & (g1 != g2)
+    np.subtract.at(out, (g1[hit], gtype[g2[hit]]), 1)
+    np.subtract.at(out, (g2[hit], gtype[g1[hit]]), 1)
+  return out
+
+
+def _sweep_counts(partners: np.ndarray, gtype: np.ndarray) -> dict:
+  """{(type1, type2): dynamic candidate pairs} (type1 <= type2) from ``_sweep_partners``."""
+  out = {}
+  for t1 in range(NTYPE):
+    rows = partners[gtype == t1]
+    for t2 in range(t1, NTYPE):
+      n = int(rows[:, t2].sum())
+      n = n // 2 if t1 == t2 else n
+      if n:
+        out[(t1, t2)] = n
+  return out
+
+
+def _sweep_example(c: dict, partners: np.ndarray, t1: int, t2: int) -> tuple:
+  """A dynamic candidate pair of types (t1, t2), geom of type t1 first (error messages)."""
+  gtype = c['gtype']
+  for a in np.flatnonzero((gtype == t1) & (partners[:, t2] > 0)):
+    b = np.flatnonzero(gtype == t2)
+    b = b[b != a]
+    lo, hi = np.minimum(a, b), np.maximum(a, b)
+    ok = np.flatnonzero(_dynamic_keep(c, lo, hi))
+    if ok.size:
+      return int(a), int(b[ok[0]])
+  raise AssertionError(f'no dynamic candidate pair of types {t1} and {t2}')  # counts are exact
+
+
+def _rows(c: dict, g1, g2, sweep: dict, partners) -> dict:
+  """The candidate rows (explicit pairs, and the dynamic pairs g1 < g2 of the table) in
+  MuJoCo's order, swapped by type, grouped by type pair; ``sweep`` adds the dynamic pairs left
+  to the sweep to the groups and counts."""
+  gtype, pg1, pg2 = c['gtype'], c['pg1'], c['pg2']
+  # all rows: explicit first in the key (signature, explicit?, ...), as MuJoCo's merge
   cg1 = np.concatenate([pg1, g1])
   cg2 = np.concatenate([pg2, g2])
   pairid = np.concatenate([np.arange(pg1.size), -np.ones(g1.size, np.int64)])
   order = np.lexsort((cg2, cg1, np.concatenate([np.arange(pg1.size), np.zeros(g1.size)]),
-                      pairid < 0, np.concatenate([psig, sig])))
+                      pairid < 0, np.concatenate([c['psig'], (c['body'][g1] << 16) +
+                                                  c['body'][g2]])))
   cg1, cg2, pairid = cg1[order], cg2[order], pairid[order]
   swap = gtype[cg1] > gtype[cg2]
   cg1, cg2 = np.where(swap, cg2, cg1), np.where(swap, cg1, cg2)
+  ok = ~_planar(c, cg1, cg2)              # MuJoCo has no plane/hfield-plane/hfield function
+  cg1, cg2, pairid = cg1[ok], cg2[ok], pairid[ok]
   t1, t2 = gtype[cg1], gtype[cg2]
-  ok = ~((t1 <= HFIELD) & (t2 <= HFIELD))  # MuJoCo has no plane/hfield-plane/hfield function
-  cg1, cg2, pairid, t1, t2 = cg1[ok], cg2[ok], pairid[ok], t1[ok], t2[ok]
 
   # slot addresses in MuJoCo's order, then group by type pair (stable: keeps that order)
-  ntype = len(GEOM_TYPE_NAMES)
-  code = t1 * ntype + t2
-  ncon = {(int(c) // ntype, int(c) % ntype): 0 for c in np.unique(code)}
-  table = np.zeros(ntype * ntype, np.int64)
-  for a, b in ncon:
-    ncon[(a, b)] = table[a * ntype + b] = _max_contacts(a, b, enable)
-  nslot = table[code]
+  types = sorted({(int(a), int(b)) for a, b in zip(t1, t2)} | set(sweep))
+  ncon = {k: _max_contacts(k[0], k[1], c['enable']) for k in types}
+  table = np.zeros(NTYPE * NTYPE, np.int64)
+  for (a, b), n in ncon.items():
+    table[a * NTYPE + b] = n
+  nslot = table[t1 * NTYPE + t2]
   conadr = np.concatenate([[0], np.cumsum(nslot)[:-1]]) if nslot.size else nslot
   group = np.lexsort((t2, t1))
   cg1, cg2, pairid, conadr, t1, t2 = (x[group] for x in (cg1, cg2, pairid, conadr, t1, t2))
   groups = []
   start = 0
-  for a, b in sorted(ncon):
+  for a, b in types:
     count = int(np.sum((t1 == a) & (t2 == b)))
-    groups.append((a, b, start, count, ncon[(a, b)], int(cg1[start]), int(cg2[start])))
+    if count:
+      ex = int(cg1[start]), int(cg2[start])
+    else:
+      ex = _sweep_example(c, partners, a, b)
+    groups.append((a, b, start, count, ncon[(a, b)], ex[0], ex[1], sweep.get((a, b), 0)))
     start += count
+  collide = np.zeros(c['ngeom'], bool)
+  collide[cg1] = collide[cg2] = True
+  if partners is not None:
+    collide |= partners.sum(axis=1) > 0
   return {
       'col_geom': np.stack([cg1, cg2], axis=1).reshape(-1, 2).astype(np.int32),
       'col_pairid': pairid.astype(np.int32),
       'col_conadr': conadr.astype(np.int32),
       'col_groups': tuple(groups),
-      'ncandidate': int(cg1.size),
-      'ncon_total': int(np.sum(nslot)),
-      'ngeom_collide': int(np.unique(np.concatenate([cg1, cg2])).size),
+      'ncandidate': int(cg1.size) + sum(sweep.values()),
+      'ncon_total': int(np.sum(nslot)) + sum(n * ncon[k] for k, n in sweep.items()),
+      'ngeom_collide': int(collide.sum()),
   }
+
+
+def pair_tables(arrays: dict, broadphase: str = 'table') -> dict:
+  """Candidate pairs of a compiled model and its broadphase (numpy, host only); see the module
+  docstring.
+
+  arrays: the compiler's dict of MuJoCo-named arrays; broadphase: 'auto', 'table' or 'sap'.
+  Returns the Model fields of ``INDEX_FIELDS`` (int32 arrays), ``col_groups`` (tuple) and
+  ``broadphase`` ('table' or 'sap'), and the counts ``ncandidate`` (explicit and dynamic
+  candidate pairs), ``ndynamic`` (dynamic ones), ``ncon_total`` (most contacts all candidates
+  can produce at once) and ``ngeom_collide`` (geoms that appear in a candidate pair), and
+  ``dynamic_geoms`` (int32, the geoms that appear in a dynamic candidate pair, on both paths:
+  ``col_geom`` lists only the explicit pairs on the sap path).
+  """
+  if broadphase not in BROADPHASES:
+    raise ValueError(f'broadphase must be one of {BROADPHASES}, got {broadphase!r}')
+  c = _host_context(arrays)
+  ngeom = c['ngeom']
+  empty = np.zeros(0, np.int32)
+  partners = None
+  if broadphase != 'table':
+    partners = _sweep_partners(c)
+    ndynamic = int(partners.sum()) // 2
+    if broadphase == 'auto':
+      broadphase = 'sap' if ndynamic > SAP_THRESHOLD else 'table'
+  if broadphase == 'table':
+    g1, g2 = np.triu_indices(ngeom, 1)     # g1 < g2: geoms are stored body by body
+    keep = _dynamic_keep(c, g1, g2)
+    out = _rows(c, g1[keep], g2[keep], {}, None)
+    out.update(col_sweep=empty, col_exclude=empty, col_explicit=empty,
+               ndynamic=int(np.sum(keep)), dynamic_geoms=np.unique(
+                   np.concatenate([g1[keep], g2[keep]])).astype(np.int32))
+  else:
+    if c['pg1'].size and ngeom > 46340:
+      raise NotSupportedError(f'the sort-based broadphase with explicit <pair>s supports at '
+                              f'most 46340 geoms (int32 pair codes), this model has {ngeom}; '
+                              "use broadphase='table'")
+    sweep = _sweep_counts(partners, c['gtype'])
+    out = _rows(c, empty, empty, sweep, partners)
+    out.update(col_sweep=np.flatnonzero(partners.sum(axis=1) > 0).astype(np.int32),
+               col_exclude=c['exclude'].astype(np.int32),
+               col_explicit=c['explicit'].astype(np.int32), ndynamic=sum(sweep.values()))
+    out['dynamic_geoms'] = out['col_sweep']
+  out['broadphase'] = broadphase
+  return out
 
 
 def capacity(size_nconmax: int, tables: dict, nconmax: int | None = None) -> int:
@@ -189,6 +390,23 @@ def capacity(size_nconmax: int, tables: dict, nconmax: int | None = None) -> int
                  max(MIN_NCONMAX, NCON_PER_GEOM * tables['ngeom_collide'])))
 
 
+def pair_capacity(nconmax: int, npairmax: int | None = None) -> int:
+  """The static pair capacity of one type pair's narrowphase (see the module docstring).
+
+  nconmax: the contact capacity; npairmax: the user's override.
+  """
+  if npairmax is None:
+    return int(nconmax)
+  if int(npairmax) != npairmax or npairmax < 0:
+    raise ValueError(f'npairmax must be a non-negative integer, got {npairmax!r}')
+  return int(npairmax)
+
+
+def sweep_capacity(col_groups: tuple, npairmax: int) -> int:
+  """Size of the sap broadphase's pair buffer: each type pair's share, min(nsweep, npairmax)."""
+  return int(sum(min(g[7], npairmax) for g in col_groups))
+
+
 # ---------------------------------------------------------------------------------------------
 # Device side
 
@@ -202,13 +420,14 @@ def _geom_name(m, g: int) -> str:
 def _check_supported(m):
   """NotSupportedError (at trace time) for a type pair without a narrowphase routine."""
   routines = _routines()
-  for t1, t2, _, count, _, ex1, ex2 in m.col_groups:
+  for t1, t2, _, count, _, ex1, ex2, nsweep in m.col_groups:
     if (t1, t2) not in routines:
       raise NotSupportedError(
           f'collision between geom types {GEOM_TYPE_NAMES[t1]} and {GEOM_TYPE_NAMES[t2]} is '
-          f'not implemented yet ({count} candidate pair(s), e.g. geoms {_geom_name(m, ex1)} and '
-          f'{_geom_name(m, ex2)}); disable these contacts with contype/conaffinity or <exclude>, '
-          'or all contacts with <option><flag contact="disable"/></option>')
+          f'not implemented yet ({count + nsweep} candidate pair(s), e.g. geoms '
+          f'{_geom_name(m, ex1)} and {_geom_name(m, ex2)}); disable these contacts with '
+          'contype/conaffinity or <exclude>, or all contacts with '
+          '<option><flag contact="disable"/></option>')
 
 
 def _margin(m, g1, g2, pairid, override):
@@ -221,26 +440,29 @@ def _margin(m, g1, g2, pairid, override):
   return jnp.where(pairid >= 0, m.pair_margin[jnp.maximum(pairid, 0)], dyn)
 
 
-def _bound_test(m, d, t1, g1, g2, margin):
+def _bound_test(xpos, xmat, rbound, g1, g2, margin, plane):
   """MuJoCo's bounding test (mj_filterSphere): (keep (n,) bool, slack (n,)).
 
+  xpos (ngeom, 3), xmat (ngeom, 9), rbound (ngeom,); g1, g2, margin (n,); plane: whether geom1
+  is a plane (a Python bool for a whole type group, or (n,) bool).
   Geoms with rbound > 0 are tested as spheres (rbound1 + rbound2 + margin); a plane (geom1,
   rbound 0) keeps geoms whose centre is within rbound2 + margin above it; rbound 0 otherwise
   means unbounded. ``slack`` (distance beyond the bound; smaller overlaps more) ranks the pairs
   when a type pair has more survivors than it can run.
   """
-  p1, p2 = d.geom_xpos[g1], d.geom_xpos[g2]
-  r1, r2 = m.geom_rbound[g1], m.geom_rbound[g2]
+  p1, p2 = xpos[g1], xpos[g2]
+  r1, r2 = rbound[g1], rbound[g2]
   both = (r1 > 0) & (r2 > 0)
   dif = p1 - p2
   bound = r1 + r2 + margin
   far = both & (jnp.sum(dif * dif, axis=-1) > bound * bound)
   slack = safe_norm(dif) - bound
-  if t1 == PLANE:
-    normal = d.geom_xmat[g1][:, 2::3]     # the plane's z axis (column 2 of xmat)
+  if plane is not False:
+    plane = jnp.asarray(plane)
+    normal = xmat[g1][:, 2::3]     # the plane's z axis (column 2 of xmat)
     pdist = jnp.sum((p2 - p1) * normal, axis=-1)
-    far = far | (~both & (r2 > 0) & (pdist > margin + r2))
-    slack = jnp.where(both, slack, pdist - margin - r2)
+    far = far | (plane & ~both & (r2 > 0) & (pdist > margin + r2))
+    slack = jnp.where(both | ~plane, slack, pdist - margin - r2)
   return ~far, jax.lax.stop_gradient(slack)
 
 
@@ -261,6 +483,194 @@ def _select(keep, slack, k):
     return sel, keep[sel]
 
   return jax.lax.cond(nkeep <= k, first, deepest, None)
+
+
+def _table_pairs(m, d, override):
+  """Table path: per type group (t1, t2, ncon, h1, h2, pairid, keep, keys), and the pairs dropped.
+
+  h1, h2, pairid, keep (k,): the pairs the group's narrowphase runs on; keys: a tuple of (k,)
+  int32 arrays ordering the pairs as MuJoCo does (here the static slot address)."""
+  out = []
+  dropped = jnp.zeros((), jnp.int32)
+  for t1, t2, start, count, ncon, _, _, _ in m.col_groups:
+    geom = m.col_geom[start:start + count]
+    pairid = m.col_pairid[start:start + count]
+    g1, g2 = geom[:, 0], geom[:, 1]
+    margin = _margin(m, g1, g2, pairid, override)
+    keep, slack = _bound_test(d.geom_xpos, d.geom_xmat, m.geom_rbound, g1, g2, margin,
+                              t1 == PLANE)
+    npick = min(count, m.npairmax)
+    if npick == 0:   # npairmax = 0: nothing runs, every overlapping pair is counted
+      dropped += jnp.sum(keep, dtype=jnp.int32)
+      continue
+    if npick < count:
+      sel, keep_sel = _select(keep, slack, npick)
+      dropped += jnp.sum(keep, dtype=jnp.int32) - jnp.sum(keep_sel, dtype=jnp.int32)
+    else:
+      sel = jnp.arange(count, dtype=jnp.int32)
+      keep_sel = keep
+    cand = start + sel
+    out.append((t1, t2, ncon, g1[sel], g2[sel], pairid[sel], keep_sel, (m.col_conadr[cand],)))
+  return out, dropped
+
+
+def _member(sorted_vals, x):
+  """Whether each x occurs in the sorted int array ``sorted_vals`` (binary search)."""
+  n = sorted_vals.shape[0]
+  if n == 0:
+    return jnp.zeros(x.shape, bool)
+  i = jnp.minimum(jnp.searchsorted(sorted_vals, x), n - 1)
+  return sorted_vals[i] == x
+
+
+def _dynamic_filter(m, g1, g2):
+  """MuJoCo's dynamic-pair filters on the device, for geom pairs g1 < g2 (n,) -> (n,) bool."""
+  weld, body, gtype = m.body_weldid, m.geom_bodyid, m.geom_type
+  b1, b2 = body[g1], body[g2]
+  w1, w2 = weld[b1], weld[b2]
+  ct, ca = m.geom_contype, m.geom_conaffinity
+  keep = (w1 != w2) & (((ct[g1] & ca[g2]) | (ct[g2] & ca[g1])) != 0)
+  if not m.opt.disableflags & DSBL_FILTERPARENT:
+    p1, p2 = weld[m.body_parentid[w1]], weld[m.body_parentid[w2]]
+    keep &= ~((w1 != 0) & (w2 != 0) & ((w1 == p2) | (w2 == p1)))
+  keep &= ~((gtype[g1] <= HFIELD) & (gtype[g2] <= HFIELD))
+  keep &= ~_member(m.col_exclude, (b1 << 16) + b2)
+  keep &= ~_member(m.col_explicit, g1 * m.ngeom + g2)
+  return keep
+
+
+def _principal_axis(pos, weight, iterations=8):
+  """Principal axis of the points pos (n, 3) with weight (n,) > 0: a few power iterations on
+  their covariance, from the axes weighted by their spread (any unit axis keeps the sweep
+  exact; a good one only keeps it short). Vectorises under vmap, unlike a batched eigh."""
+  pos = jnp.where(jnp.isfinite(pos), pos, 0.0)
+  w = weight.astype(pos.dtype)[:, None]
+  mean = jnp.sum(w * pos, axis=0) / jnp.maximum(jnp.sum(w), 1.0)
+  dev = w * (pos - mean)
+  cov = dev.T @ dev
+  axis = jnp.sqrt(jnp.maximum(jnp.diagonal(cov), 0.0)) + jnp.array([1e-3, 2e-3, 3e-3], pos.dtype)
+  for _ in range(iterations):   # rescaled each time (only the direction matters)
+    axis = cov @ axis
+    axis = axis / jnp.maximum(jnp.max(jnp.abs(axis)), 1e-30)
+  norm = jnp.sqrt(jnp.sum(axis * axis))
+  ok = jnp.isfinite(norm) & (norm > 0)
+  return jnp.where(ok, axis / jnp.where(ok, norm, 1.0), jnp.array([1.0, 0.0, 0.0], pos.dtype))
+
+
+def _sweep(m, d, override):
+  """Sweep-and-prune over ``m.col_sweep`` (see the module docstring).
+
+  Returns h1, h2 (nbuf,) int32 geom pairs in type order, found (nbuf,) bool, slack (nbuf,)
+  and the number of overlapping pairs that did not fit (nbuf: ``sweep_capacity``). Index
+  arithmetic only: the float inputs are stop_gradient'ed, so the while_loop carries no tangent.
+  """
+  sg = jax.lax.stop_gradient
+  geoms, cap = m.col_sweep, sweep_capacity(m.col_groups, m.npairmax)
+  n = geoms.shape[0]
+  xpos, xmat, rbound = sg(d.geom_xpos), sg(d.geom_xmat), sg(m.geom_rbound)
+  gmargin = jnp.broadcast_to(sg(m.opt.o_margin), rbound.shape) if override else sg(m.geom_margin)
+  dtype = xpos.dtype
+
+  # intervals of the bounding spheres (inflated by the margin: the pair margin is the larger
+  # of the two, or o_margin) on the principal axis; unbounded geoms span the whole axis. The
+  # projection is widened by a few ulps so that rounding never loses a touching pair.
+  pos, r = xpos[geoms], rbound[geoms]
+  bounded = r > 0
+  half = r + jnp.maximum(gmargin[geoms], 0.0)
+  half = half + 8 * jnp.finfo(dtype).eps * (jnp.sum(jnp.abs(pos), axis=-1) + half)
+  s = pos @ _principal_axis(pos, bounded)
+  lo = jnp.where(bounded, s - half, -jnp.inf)
+  hi = jnp.where(bounded, s + half, jnp.inf)
+
+  # sorted by lower end, interval k overlaps the following ones up to the last whose lower end
+  # is <= its upper end: count[k] pairs (k, k+1), ..., (k, k+count[k]); the pairs are numbered
+  # 0 .. total-1 in that order, those of k from ends[k] - count[k]
+  order = jnp.argsort(lo)
+  lo_s, hi_s = lo[order], hi[order]
+  k = jnp.arange(n, dtype=jnp.int32)
+  reach = jnp.searchsorted(lo_s, hi_s, side='right').astype(jnp.int32)
+  count = jnp.clip(reach - k - 1, 0, n - 1 - k)
+  ends = jnp.cumsum(count)
+  total = ends[-1]
+  chunk = int(min(max(cap, SWEEP_CHUNK[0]), SWEEP_CHUNK[1], n * (n - 1) // 2))
+  gtype = m.geom_type
+
+  def body(state):
+    base, nfound, b1, b2, bslack = state
+    j = base + jnp.arange(chunk, dtype=jnp.int32)
+    kk = jnp.minimum(jnp.searchsorted(ends, j, side='right'), n - 1).astype(jnp.int32)
+    other = jnp.minimum(kk + 1 + j - (ends[kk] - count[kk]), n - 1)
+    a, c = geoms[order[kk]], geoms[order[other]]
+    g1, g2 = jnp.minimum(a, c), jnp.maximum(a, c)
+    ok = (j < total) & _dynamic_filter(m, g1, g2)
+    swap = gtype[g1] > gtype[g2]            # type order: a plane is geom1
+    h1, h2 = jnp.where(swap, g2, g1), jnp.where(swap, g1, g2)
+    margin = jnp.maximum(gmargin[h1], gmargin[h2])
+    keep, slack = _bound_test(xpos, xmat, rbound, h1, h2, margin, gtype[h1] == PLANE)
+    ok &= keep
+    slot = jnp.where(ok, nfound + jnp.cumsum(ok, dtype=jnp.int32) - 1, cap)  # cap: dropped
+    return (base + chunk, nfound + jnp.sum(ok, dtype=jnp.int32),
+            b1.at[slot].set(h1, mode='drop'), b2.at[slot].set(h2, mode='drop'),
+            bslack.at[slot].set(slack, mode='drop'))
+
+  zero = jnp.zeros((), jnp.int32)
+  state = (zero, zero, jnp.zeros(cap, jnp.int32), jnp.zeros(cap, jnp.int32),
+           jnp.full(cap, jnp.inf, dtype))
+  _, nfound, h1, h2, slack = jax.lax.while_loop(lambda s: s[0] < total, body, state)
+  found = jnp.arange(cap) < nfound
+  return h1, h2, found, slack, jnp.maximum(nfound - cap, 0)
+
+
+def _sweep_pairs(m, d, override):
+  """Sap path: per type group (t1, t2, ncon, h1, h2, pairid, keep, keys), and the pairs dropped.
+
+  A group's candidates are its explicit rows (bounding-tested here) and the sweep's buffer
+  entries of its type pair; its narrowphase runs on min(count + nsweep, npairmax) of them,
+  chosen as on the table path. keys: (pair signature, explicit pair id or npair, lower geom,
+  higher geom), MuJoCo's pair order."""
+  dropped = jnp.zeros((), jnp.int32)
+  sweep = None
+  if m.col_sweep.shape[0] > 1:   # also with npairmax = 0, to count what does not fit
+    h1, h2, found, slack, dropped = _sweep(m, d, override)
+    sweep = (h1, h2, jnp.full(h1.shape, -1, jnp.int32), found, slack,
+             m.geom_type[h1] * NTYPE + m.geom_type[h2])
+
+  out = []
+  for t1, t2, start, count, ncon, _, _, nsweep in m.col_groups:
+    parts = []
+    if count:
+      g1, g2 = m.col_geom[start:start + count, 0], m.col_geom[start:start + count, 1]
+      pairid = m.col_pairid[start:start + count]
+      margin = _margin(m, g1, g2, pairid, override)
+      parts.append((g1, g2, pairid) + _bound_test(d.geom_xpos, d.geom_xmat, m.geom_rbound, g1,
+                                                  g2, margin, t1 == PLANE))
+    if nsweep and sweep is not None:
+      h1, h2, pid, found, slack, code = sweep
+      parts.append((h1, h2, pid, found & (code == t1 * NTYPE + t2), slack))
+    if not parts:
+      continue
+    g1, g2, pairid, keep, slack = (jnp.concatenate(x) for x in zip(*parts))
+    total = g1.shape[0]
+    npick = min(count + nsweep, m.npairmax, total)
+    if npick == 0:   # the sweep counted its own pairs that did not fit
+      dropped += jnp.sum(keep[:count], dtype=jnp.int32)
+      continue
+    if npick < total:
+      nkeep = jnp.sum(keep, dtype=jnp.int32)
+      sel, keep = _select(keep, slack, npick)
+      dropped += nkeep - jnp.sum(keep, dtype=jnp.int32)
+      g1, g2, pairid = g1[sel], g2[sel], pairid[sel]
+    o1, o2 = jnp.minimum(g1, g2), jnp.maximum(g1, g2)
+    sig = (m.geom_bodyid[o1] << 16) + m.geom_bodyid[o2]
+    pkey = jnp.full(pairid.shape, m.npair, jnp.int32)
+    if m.npair:
+      explicit = pairid >= 0
+      p = jnp.maximum(pairid, 0)
+      sig = jnp.where(explicit, m.pair_signature[p], sig)
+      pkey = jnp.where(explicit, pairid, pkey)
+      o1, o2 = jnp.where(explicit, 0, o1), jnp.where(explicit, 0, o2)
+    out.append((t1, t2, ncon, g1, g2, pairid, keep, (sig, pkey, o1, o2)))
+  return out, dropped
 
 
 def _params(m, g1, g2, pairid, override):
@@ -328,7 +738,7 @@ def collision(m, d):
 
   With the contact or constraint disable flag, or nconmax = 0, nothing is detected (ncon = 0).
   A geom type pair that the model can collide but that has no narrowphase routine yet raises
-  NotSupportedError when traced. See the module docstring for the pair tables and capacity.
+  NotSupportedError when traced. See the module docstring for the broadphases and capacities.
   """
   cap = m.nconmax
   dtype = d.geom_xpos.dtype
@@ -340,37 +750,35 @@ def collision(m, d):
   routines = _routines()
   override = bool(m.opt.enableflags & ENBL_OVERRIDE)
   xmat = d.geom_xmat.reshape(-1, 3, 3)
+  if m.broadphase == 'sap':
+    groups, dropped = _sweep_pairs(m, d, override)
+  else:
+    groups, dropped = _table_pairs(m, d, override)
+  if not groups:
+    return dataclasses.replace(
+        empty, warning_counts=d.warning_counts.at[WARN_CONTACTFULL].add(dropped))
 
-  # broadphase and narrowphase, one geom type pair at a time
+  # narrowphase, one geom type pair at a time; each contact slot carries its pair's order keys
+  # and its index within the pair
   parts = []
-  dropped = jnp.zeros((), jnp.int32)
-  for t1, t2, start, count, n, _, _ in m.col_groups:
-    fn, nfn = routines[(t1, t2)]
-    if nfn != n:
+  for t1, t2, ncon, h1, h2, pairid, keep, keys in groups:
+    fn, n = routines[(t1, t2)]
+    if n != ncon:
       raise ValueError(f'{GEOM_TYPE_NAMES[t1]}-{GEOM_TYPE_NAMES[t2]}: the Model was built for '
-                       f'{n} contacts per pair, the routine has {nfn}: rebuild it with put_model')
-    geom = m.col_geom[start:start + count]
-    pairid = m.col_pairid[start:start + count]
-    g1, g2 = geom[:, 0], geom[:, 1]
-    margin = _margin(m, g1, g2, pairid, override)
-    keep, slack = _bound_test(m, d, t1, g1, g2, margin)
-    npick = min(count, cap)
-    if npick < count:
-      sel, keep_sel = _select(keep, slack, npick)
-      dropped += jnp.sum(keep, dtype=jnp.int32) - jnp.sum(keep_sel, dtype=jnp.int32)
-    else:
-      sel = jnp.arange(count, dtype=jnp.int32)
-      keep_sel = keep
-    h1, h2 = g1[sel], g2[sel]
+                       f'{ncon} contacts per pair, the routine has {n}: rebuild it with '
+                       'put_model')
+    margin = _margin(m, h1, h2, pairid, override)
     res = jax.vmap(fn)(d.geom_xpos[h1], xmat[h1], m.geom_size[h1], d.geom_xpos[h2], xmat[h2],
-                       m.geom_size[h2], margin[sel])
-    cand = start + sel
+                       m.geom_size[h2], margin)
+
+    def slots(x, n=n):
+      return jnp.repeat(x, n, axis=0)
     parts.append((
         res.dist.reshape(-1), res.pos.reshape(-1, 3), res.frame.reshape(-1, 9),
-        (res.valid & keep_sel[:, None]).reshape(-1),
-        (m.col_conadr[cand][:, None] + jnp.arange(n, dtype=jnp.int32)).reshape(-1),
-        jnp.repeat(cand, n)))
-  dist, pos, frame, valid, key, cand = (jnp.concatenate(x) for x in zip(*parts))
+        (res.valid & keep[:, None]).reshape(-1), slots(h1), slots(h2), slots(pairid),
+        jnp.tile(jnp.arange(n, dtype=jnp.int32), h1.shape[0])) + tuple(slots(k) for k in keys))
+  dist, pos, frame, valid, g1, g2, pairid, index, *keys = (jnp.concatenate(x)
+                                                          for x in zip(*parts))
 
   # keep the deepest contacts if they do not all fit, then sort them into MuJoCo's order
   nslot = dist.shape[0]
@@ -380,15 +788,13 @@ def collision(m, d):
     _, idx = jax.lax.top_k(-jax.lax.stop_gradient(depth), cap)
   else:
     idx = jnp.arange(nslot, dtype=jnp.int32)
-  big = jnp.iinfo(jnp.int32).max // 2
-  rank = jnp.where(valid[idx], jnp.minimum(key[idx], big - 1), big + jnp.arange(idx.shape[0]))
-  idx = idx[jnp.argsort(rank)]
+  sort_keys = [(~valid[idx]).astype(jnp.int32)] + [k[idx] for k in keys] + [index[idx]]
+  idx = jax.lax.sort(tuple(sort_keys) + (idx,), num_keys=len(sort_keys))[-1]
   nrow = idx.shape[0]
   ncon = jnp.minimum(nvalid, cap)
   used = jnp.arange(nrow) < ncon
 
-  c = cand[idx]
-  g1, g2, pairid = m.col_geom[c, 0], m.col_geom[c, 1], m.col_pairid[c]
+  g1, g2, pairid = g1[idx], g2[idx], pairid[idx]
   dim, margin, gap, solref, solreffriction, solimp, friction = _params(
       m, g1, g2, pairid, override)
   dist = dist[idx]
@@ -413,4 +819,5 @@ def collision(m, d):
   return dataclasses.replace(d, contact=contact, ncon=ncon, warning_counts=warning_counts)
 
 
-__all__ = ['Contact', 'collision', 'pair_tables', 'capacity']
+__all__ = ['Contact', 'collision', 'pair_tables', 'capacity', 'pair_capacity',
+           'sweep_capacity']

@@ -1,0 +1,362 @@
+"""Sensors (mjx_py.sensor) against mj_forward / mj_step, in float64.
+
+Every built-in sensor type appears in the test models: tests/models/sensors_all.xml (every type,
+constraints disabled here), sensor_frames.xml (frame sensors over every objtype / reftype pair,
+site sensors, subtree sensors, cutoffs that clip, the energy flag), sensor_collision.xml
+(distance / normal / fromto over every geom type pair with a distance routine),
+sensor_rangefinder.xml (rangefinders against every geom type) and sensor_contacts.xml (touch,
+force, torque, accelerometer and limit sensors on resting and sliding contacts and active
+limits). Random states (qpos, qvel, ctrl, act, time, applied forces) go through one jitted,
+vmapped pipeline per model; each sensor's block must match MuJoCo within 1e-8 relative.
+
+The constraint solver does not exist yet, so sensor_contacts runs with MuJoCo's constraint
+state injected: its contacts, efc rows, qacc and efc_force (pyramidal and elliptic cones).
+Gradients: jax.grad of a loss on sensordata with respect to qpos and qvel is finite for every
+sensor of sensors_all, and its directional derivative agrees with central differences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax
+import jax.numpy as jnp
+import mujoco
+import numpy as np
+import oracle
+import pytest
+from oracle import ROOT
+
+import mjx_py
+from mjx_py import sensor
+from mjx_py.forward import forward as forward_fn
+from mjx_py.forward import step
+
+MODELS = os.path.join(ROOT, 'tests', 'models')
+RTOL, ATOL = 1e-8, 1e-9
+NSTATE = 4
+DSBL_CONSTRAINT = '<option><flag constraint="disable"/></option>'
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _float64():
+  """float64 for this module only (the global flag would leak into later test modules)."""
+  previous = jax.config.jax_enable_x64
+  jax.config.update('jax_enable_x64', True)
+  yield
+  jax.config.update('jax_enable_x64', previous)
+
+
+def _xml(name, option=''):
+  return oracle.with_option(oracle.read(os.path.join(MODELS, name)), option)
+
+
+def _states(mj, rng, n=NSTATE):
+  """n random states with applied forces, as (oracle.State, qfrc_applied, xfrc_applied)."""
+  out = []
+  for _ in range(n):
+    state = oracle.random_state(mj, rng, qvel_scale=1.0, ctrl_frac=(-0.2, 1.2),
+                                act_range=(0.0, 1.0), time_range=(0.0, 3.0))
+    qfrc = rng.standard_normal(mj.nv)
+    xfrc = np.zeros((mj.nbody, 6))
+    xfrc[1:] = rng.standard_normal((mj.nbody - 1, 6))
+    out.append((state, qfrc, xfrc))
+  return out
+
+
+def _reference(mj, states):
+  """MuJoCo's sensordata and energy after mj_forward at each state."""
+  md = mujoco.MjData(mj)
+  sdata, energy = [], []
+  for state, qfrc, xfrc in states:
+    oracle.write_state(md, state)
+    md.qfrc_applied[:] = qfrc
+    md.xfrc_applied[:] = xfrc
+    mujoco.mj_forward(mj, md)
+    sdata.append(md.sensordata.copy())
+    energy.append(md.energy.copy())
+  return np.array(sdata), np.array(energy)
+
+
+def _batch(m, states):
+  """Our Data for each state, stacked on a leading axis."""
+  ds = [oracle.make_data(m, **s.fields(), qfrc_applied=q, xfrc_applied=x) for s, q, x in states]
+  return jax.tree_util.tree_map(lambda *x: jnp.stack(x), *ds)
+
+
+def _compare(mj, ours, ref, label):
+  """Each sensor's block of sensordata (nstate, nsensordata) against MuJoCo's."""
+  for i in range(mj.nsensor):
+    adr, dim = mj.sensor_adr[i], mj.sensor_dim[i]
+    kind = mujoco.mjtSensor(mj.sensor_type[i]).name
+    np.testing.assert_allclose(ours[:, adr:adr + dim], ref[:, adr:adr + dim], rtol=RTOL,
+                               atol=ATOL, err_msg=f'{label}: sensor {mj.sensor(i).name} ({kind})')
+
+
+def _blocks(mj, names):
+  """sensordata indices of the named sensors."""
+  return np.concatenate([mj.sensor_adr[mj.sensor(n).id] + np.arange(mj.sensor_dim[mj.sensor(n).id])
+                         for n in names])
+
+
+# ---------------------------------------------------------------------------------------------
+# Parity with mj_forward
+
+PARITY = [('sensor_frames.xml', ''), ('sensor_collision.xml', '')]
+
+
+def test_every_builtin_type_is_tested():
+  types = set()
+  for name in ['sensors_all.xml', 'sensor_contacts.xml', 'sensor_rangefinder.xml'] + [
+      p[0] for p in PARITY]:
+    types |= set(mujoco.MjModel.from_xml_path(os.path.join(MODELS, name)).sensor_type.tolist())
+  builtin = {int(v) for k, v in mujoco.mjtSensor.__members__.items()
+             if k not in ('mjSENS_USER', 'mjSENS_PLUGIN')}
+  assert builtin <= types, sorted(builtin - types)
+
+
+@pytest.mark.parametrize('name,option', PARITY, ids=[p[0] for p in PARITY])
+def test_sensors_match_mj_forward(name, option):
+  if option:
+    xml = _xml(name, option)
+    m, mj = mjx_py.from_xml_string(xml), mujoco.MjModel.from_xml_string(xml)
+  else:
+    m, mj = oracle.both(path=os.path.join(MODELS, name))
+  rng = np.random.default_rng(1)
+  states = _states(mj, rng)
+  ref, energy = _reference(mj, states)
+  out = jax.jit(jax.vmap(lambda d: forward_fn(m, d)))(_batch(m, states))
+  _compare(mj, np.asarray(out.sensordata), ref, name)
+  np.testing.assert_allclose(np.asarray(out.energy), energy, rtol=RTOL, atol=ATOL)
+  if name == 'sensor_frames.xml':
+    # the cutoffs of vel_cut (real) and clock really clip in these states
+    for sname, cut in (('vel_cut', 0.2), ('clock', 0.5)):
+      block = ref[:, _blocks(mj, [sname])]
+      assert np.any(np.abs(block) == cut), sname
+
+
+def _sensors_all():
+  xml = _xml('sensors_all.xml', DSBL_CONSTRAINT)
+  return mjx_py.from_xml_string(xml), mujoco.MjModel.from_xml_string(xml)
+
+
+def test_sensors_all_values_and_gradients():
+  """sensors_all.xml (constraints disabled): every sensor against mj_forward, and jax.grad of
+  a weighted square loss on sensordata with respect to qpos and qvel, from one compiled
+  function run at random states and at their neighbours +-h along random directions: the
+  gradient is finite (every sensor type takes part) and its directional derivative matches
+  the central difference of the loss."""
+  m, mj = _sensors_all()
+  rng = np.random.default_rng(2)
+  states = _states(mj, rng)
+  ref, energy = _reference(mj, states)
+  weights = jnp.asarray(rng.uniform(0.5, 1.5, m.nsensordata))
+
+  def loss(qpos, qvel, d):
+    out = forward_fn(m, oracle.replace(d, qpos=qpos, qvel=qvel))
+    return jnp.sum(weights * out.sensordata ** 2), out
+
+  grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+  h, nfd = 1e-6, 2
+  dq, dv = rng.standard_normal((nfd, mj.nq)), rng.standard_normal((nfd, mj.nv))
+  batch = _batch(m, states)
+  runs = [(k, batch.qpos[k], batch.qvel[k]) for k in range(NSTATE)]
+  runs += [(k, batch.qpos[k] + s * h * dq[k], batch.qvel[k] + s * h * dv[k])
+           for s in (1, -1) for k in range(nfd)]
+  results = [grad(q, v, jax.tree_util.tree_map(lambda x, k=k: x[k], batch)) for k, q, v in runs]
+  (value, out), (gq, gv) = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *results)
+
+  _compare(mj, np.asarray(out.sensordata[:NSTATE]), ref, 'sensors_all')
+  np.testing.assert_allclose(np.asarray(out.energy[:NSTATE]), energy, rtol=RTOL, atol=ATOL)
+  gq, gv, value = np.asarray(gq), np.asarray(gv), np.asarray(value)
+  assert np.all(np.isfinite(gq)) and np.all(np.isfinite(gv))
+  fd = (value[NSTATE:NSTATE + nfd] - value[NSTATE + nfd:]) / (2 * h)
+  directional = np.sum(gq[:nfd] * dq, axis=1) + np.sum(gv[:nfd] * dv, axis=1)
+  np.testing.assert_allclose(directional, fd, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Constraint forces (injected from MuJoCo until the solver exists)
+
+def _pad(x, n, fill=0):
+  x = np.asarray(x)
+  out = np.full((n,) + x.shape[1:], fill, x.dtype)
+  out[:len(x)] = x
+  return out
+
+
+# Data fields the sensor stages read, copied from MuJoCo for the constraint-force test
+_UPSTREAM = ('qpos', 'qvel', 'qacc', 'ctrl', 'xpos', 'xquat', 'xmat', 'xipos', 'ximat',
+             'geom_xpos', 'geom_xmat', 'site_xpos', 'site_xmat', 'subtree_com', 'cinert', 'cdof',
+             'cvel', 'cdof_dot', 'ten_length', 'ten_velocity', 'actuator_length',
+             'actuator_velocity', 'actuator_force', 'qfrc_actuator')
+
+
+def _inject(m, mj, md):
+  """Our Data holding MuJoCo's pipeline state: the fields the sensor stages read, the contacts,
+  the efc rows; and MuJoCo's efc_force, in our buffers' shapes."""
+  nc, ne, ncon = m.nconmax, m.nefc_max, md.ncon
+  con = md.contact
+  contact = dict(
+      pos=_pad(con.pos[:ncon], nc), frame=_pad(con.frame[:ncon], nc),
+      dim=_pad(con.dim[:ncon], nc).astype(np.int32),
+      friction=_pad(con.friction[:ncon], nc),
+      geom1=_pad(con.geom1[:ncon], nc, -1).astype(np.int32),
+      geom2=_pad(con.geom2[:ncon], nc, -1).astype(np.int32),
+      efc_address=_pad(con.efc_address[:ncon], nc, -1).astype(np.int32))
+  d = oracle.make_data(
+      m, **{f: getattr(md, f).copy() for f in _UPSTREAM}, qM=oracle.dense_qM(mj, md),
+      nefc=np.int32(md.nefc), ne=np.int32(md.ne), nf=np.int32(md.nf),
+      efc_type=_pad(md.efc_type, ne, -1).astype(np.int32),
+      efc_id=_pad(md.efc_id, ne, -1).astype(np.int32), efc_pos=_pad(md.efc_pos, ne),
+      efc_margin=_pad(md.efc_margin, ne), efc_vel=_pad(md.efc_vel, ne),
+      ncon=np.int32(ncon))
+  d = dataclasses.replace(d, contact=dataclasses.replace(
+      d.contact, **{k: jnp.asarray(v) for k, v in contact.items()}))
+  return d, jnp.asarray(_pad(md.efc_force, ne))
+
+
+@pytest.mark.parametrize('cone', ['pyramidal', 'elliptic'])
+def test_constraint_force_sensors_with_mujoco_forces(cone):
+  """touch, force, torque, accelerometer, frame accelerations and the limit sensors, plus
+  cacc / cfrc_ext / cfrc_int, with MuJoCo's pipeline state, contacts, efc rows, efc_force and
+  qacc (the three sensor stages alone)."""
+  m, mj = oracle.both(_xml('sensor_contacts.xml', f'<option cone="{cone}"/>'))
+  md = mujoco.MjData(mj)
+
+  def stages(d, efc_force):
+    d = sensor.sensor_vel(m, sensor.sensor_pos(m, d))
+    return sensor.sensor_acc(m, d, efc_force)
+
+  run = jax.jit(stages)
+  rng = np.random.default_rng(3)
+  hinge, extend = mj.jnt_qposadr[mj.joint('hinge').id], mj.jnt_qposadr[mj.joint('extend').id]
+  for limits in ((0.0, 0.0), (0.54, 0.06), (-0.36, -0.06)):
+    md.qpos[:] = mj.qpos0
+    md.qpos[hinge], md.qpos[extend] = limits
+    md.qvel[:] = 0.05 * rng.standard_normal(mj.nv)
+    md.qvel[mj.jnt_dofadr[mj.joint(1).id]] = 1.0            # the slider slides along x
+    md.ctrl[:] = rng.uniform(-2, 2, mj.nu)
+    mujoco.mj_forward(mj, md)
+    d = run(*_inject(m, mj, md))
+    _compare(mj, np.asarray(d.sensordata)[None], md.sensordata[None], f'{cone} {limits}')
+    for field in ('cacc', 'cfrc_ext', 'cfrc_int'):
+      np.testing.assert_allclose(np.asarray(getattr(d, field)), getattr(md, field), rtol=RTOL,
+                                 atol=1e-8, err_msg=field)
+    touch = md.sensordata[_blocks(mj, ['touch_box', 'touch_box_top', 'touch_leaner'])]
+    assert md.ncon >= 5 and np.all(touch > 0)
+    if limits != (0.0, 0.0):
+      assert md.sensordata[_blocks(mj, ['lim_tendon_frc'])][0] > 0
+
+
+def test_constraint_force_sensors_refused_without_solver():
+  m = mjx_py.from_xml_path(os.path.join(MODELS, 'sensor_contacts.xml'))
+  d = mjx_py.make_data(m)
+  with pytest.raises(mjx_py.NotSupportedError, match='constraint'):
+    sensor.sensor_acc(m, d)
+  with pytest.raises(mjx_py.NotSupportedError, match='constraint'):
+    forward_fn(m, d)
+
+
+# ---------------------------------------------------------------------------------------------
+# Flags, stages, errors
+
+SMALL = """
+<mujoco>
+  <option timestep="0.005" integrator="{integrator}">
+    <flag constraint="disable" energy="enable" {flags}/>
+  </option>
+  <worldbody>
+    <body name="link" pos="0 0 1">
+      <joint name="hinge" axis="0 1 0" stiffness="2" damping="0.1"/>
+      <geom name="link" type="capsule" fromto="0 0 0 0.3 0 0" size="0.04"/>
+      <site name="tip" pos="0.3 0 0" zaxis="0 0 -1"/>
+      <body name="slider" pos="0.3 0 0">
+        <joint name="slide" type="slide" axis="0 0 1" stiffness="5"/>
+        <geom name="ball" type="sphere" size="0.05"/>
+      </body>
+    </body>
+  </worldbody>
+  <sensor>
+    <framepos name="tip_pos" objtype="site" objname="tip"/>
+    <gyro name="gyro" site="tip"/>
+    <accelerometer name="acc" site="tip"/>
+    <jointpos name="hinge_pos" joint="hinge"/>
+    <e_potential name="epot"/>
+    <e_kinetic name="ekin"/>
+    <clock name="clock"/>
+  </sensor>
+</mujoco>
+"""
+
+
+def _small(integrator='Euler', flags=''):
+  xml = SMALL.format(integrator=integrator, flags=flags)
+  return mjx_py.from_xml_string(xml), mujoco.MjModel.from_xml_string(xml)
+
+
+def test_rk4_step_keeps_mujoco_sensordata_and_energy():
+  """After mj_step with RK4, sensordata holds the values of the forward pass at the start of
+  the step (the intermediate evaluations skip sensors) and energy those of the last one."""
+  m, mj = _small('RK4')
+  md = mujoco.MjData(mj)
+  rng = np.random.default_rng(4)
+  state = oracle.random_state(mj, rng, qvel_scale=1.0, time_range=(0.0, 1.0))
+  oracle.write_state(md, state)
+  d = oracle.make_data(m, **state.fields())
+  run = jax.jit(lambda d: step(m, d))
+  for _ in range(3):
+    mujoco.mj_step(mj, md)
+    d = run(d)
+    np.testing.assert_allclose(np.asarray(d.sensordata), md.sensordata, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(d.energy), md.energy, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(d.qpos), md.qpos, rtol=1e-7, atol=1e-9)
+
+
+def test_sensor_disable_flag_keeps_sensordata():
+  m, mj = _small(flags='sensor="disable"')
+  md = mujoco.MjData(mj)
+  md.sensordata[:] = 7.0
+  md.qvel[:] = 0.5
+  mujoco.mj_forward(mj, md)
+  d = oracle.make_data(m, sensordata=np.full(m.nsensordata, 7.0), qvel=np.full(m.nv, 0.5))
+  out = jax.jit(lambda d: forward_fn(m, d))(d)
+  np.testing.assert_array_equal(np.asarray(out.sensordata), md.sensordata)
+  np.testing.assert_allclose(np.asarray(out.energy), md.energy, rtol=RTOL)   # the flag stays
+  assert np.all(md.sensordata == 7.0)
+
+
+def test_traced_model_matches_mujoco():
+  """A Model passed as a traced jit argument takes the generic path (every sensor evaluated,
+  selected by type); the result is the same."""
+  m, mj = _small()
+  md = mujoco.MjData(mj)
+  rng = np.random.default_rng(5)
+  state = oracle.random_state(mj, rng, qvel_scale=1.0, time_range=(0.0, 1.0))
+  oracle.write_state(md, state)
+  mujoco.mj_forward(mj, md)
+  out = jax.jit(forward_fn)(m, oracle.make_data(m, **state.fields()))
+  _compare(mj, np.asarray(out.sensordata)[None], md.sensordata[None], 'traced')
+
+
+def test_collision_sensors_need_a_concrete_model():
+  m = mjx_py.from_xml_string(_xml('sensor_collision.xml'))
+  with pytest.raises(mjx_py.NotSupportedError, match='close over the Model'):
+    jax.jit(forward_fn).lower(m, mjx_py.make_data(m))
+
+
+def test_user_and_plugin_sensors_are_refused():
+  xml = ('<mujoco><worldbody><body><joint/><geom size=".1"/></body></worldbody><sensor>'
+         '<jointpos name="q" joint="0"/></sensor></mujoco>').replace('joint="0"', 'joint="j"')
+  xml = xml.replace('<joint/>', '<joint name="j"/>')
+  for kind, name in ((sensor.USER, 'user'), (sensor.PLUGIN, 'plugin')):
+    arrays = mjx_py.mjcf.compile_string(xml)
+    arrays['sensor_type'] = np.array([kind], np.int32)
+    m = mjx_py.put_model(arrays)
+    with pytest.raises(mjx_py.NotSupportedError, match=f'{name} sensors.*q'):
+      sensor.sensor_pos(m, mjx_py.make_data(m))
+  # the compiler refuses them in MJCF, naming the sensor
+  with pytest.raises(mjx_py.MJCFError, match="user 'u'"):
+    mjx_py.from_xml_string(xml.replace('<jointpos name="q" joint="j"/>',
+                                       '<user name="u" dim="2"/>'))
