@@ -119,6 +119,7 @@ mesh_pos                 f nmeshx3                translation applied to asset v
 mesh_quat                f nmeshx4                rotation applied to asset vertices
 mesh_hullvert            f nmeshxmaxhullx3        engine-only: hull vertices, repeat-1st padded
 mesh_hullvertnum         i nmesh                  engine-only: number of hull vertices
+mesh_hullnbr             i nmeshxmaxhullxmaxnbr   engine-only: hull neighbours, -1 padded
 hfield_size              f nhfieldx4              (x, y, z_top, z_bottom)
 hfield_nrow              i nhfield                number of rows in grid
 hfield_ncol              i nhfield                number of columns in grid

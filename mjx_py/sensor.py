@@ -855,16 +855,20 @@ def _gjk_distance(cvx, g1, g2, eps, tol, kmax, cutoff, hmargins):
   Each iteration takes the support point along -x (spheres and capsules as their centre /
   axis, each side inflated by its ``hmargins`` / 2 along the direction) and stops when it
   converged (2 x.(x - v) < eps), when the support plane separates the origin by at least
-  ``cutoff`` (dist = MAXVAL), or when the nearest point of the grown simplex encloses the
-  origin or stops moving (x kept); otherwise x becomes that nearest point. dist = |x|, the
-  witness points are the simplex's barycentric combinations on each geom. done: dist > tol
-  (otherwise MuJoCo goes on to EPA).
+  ``cutoff`` (dist = MAXVAL), or when the nearest point of the grown simplex stops moving or
+  encloses the origin (x then still moves to it), or after ``kmax`` iterations; otherwise x
+  becomes that nearest point. As MuJoCo's gjk(), dist is |x| taken at the start of the last
+  iteration (x.x when x is below MINVAL there, which ends the run), while the witness points
+  are the final simplex's barycentric combinations on each geom: for overlapping shapes dist
+  is the length of the iterate before the enclosing simplex, and both witness points are the
+  enclosed point. done: dist > tol (otherwise MuJoCo goes on to EPA).
   """
   dt = g1.pos.dtype
   z = jnp.zeros((4, 3), dt)
   st = dict(k=jnp.zeros((), jnp.int32), n=jnp.zeros((), jnp.int32), x=g1.pos - g2.pos,
             lam=jnp.zeros(4, dt).at[0].set(1), sv=z, s1=z, s2=z,
-            vidx=jnp.full(2, -1, jnp.int32), run=jnp.ones((), bool), sep=jnp.zeros((), bool))
+            vidx=jnp.full(2, -1, jnp.int32), run=jnp.ones((), bool), sep=jnp.zeros((), bool),
+            xn=jnp.zeros((), dt))
 
   def step(_, st):
     x = st['x']
@@ -873,7 +877,9 @@ def _gjk_distance(cvx, g1, g2, eps, tol, kmax, cutoff, hmargins):
     d = -jnp.where(big, x / jnp.sqrt(jnp.where(big, xx, 1.0)), jnp.array([1.0, 0, 0], dt))
     v, v1, v2, vidx = cvx._support(g1, g2, d[None], st['vidx'], True, hmargins)
     v, v1, v2 = v[0], v1[0], v2[0]
-    run = st['run'] & (st['k'] < kmax)
+    started = st['run'] & (st['k'] < kmax)
+    xn = jnp.where(started, jnp.where(big, jnp.sqrt(jnp.where(big, xx, 1.0)), xx), st['xn'])
+    run = started & big
     conv = 2 * (x @ (x - v)) < eps
     vs = x @ v
     sep = ~conv & (vs > 0) & (vs * vs / jnp.where(big, xx, 1.0) >= cutoff * cutoff)
@@ -885,26 +891,27 @@ def _gjk_distance(cvx, g1, g2, eps, tol, kmax, cutoff, hmargins):
     lam, sv, s1, s2 = lam[order], sv[order], s1[order], s2[order]
     n_new = jnp.sum(lam != 0).astype(jnp.int32)
     x_next = lam @ sv
-    stop = jnp.all(jnp.abs(x_next - x) < MINVAL) | (n_new == 4)
-    go = grow & ~stop
+    same = jnp.all(jnp.abs(x_next - x) < MINVAL)
+    go = grow & ~same & (n_new < 4)
 
     def pick(a, b):
       return jnp.where(grow, a, b)
     return dict(
         k=st['k'] + go.astype(jnp.int32),
         n=jnp.where(grow, n_new, jnp.where(run & conv & (st['k'] == 0), 1, n)),
-        x=jnp.where(go, x_next, x), lam=pick(lam, st['lam']),
+        x=jnp.where(grow & ~same, x_next, x), lam=pick(lam, st['lam']),
         sv=pick(sv, jnp.where(run, st['sv'].at[n].set(v), st['sv'])),
         s1=pick(s1, jnp.where(run, st['s1'].at[n].set(v1), st['s1'])),
         s2=pick(s2, jnp.where(run, st['s2'].at[n].set(v2), st['s2'])),
-        vidx=jnp.where(run, vidx, st['vidx']), run=go, sep=st['sep'] | (run & sep))
+        vidx=jnp.where(run, vidx, st['vidx']), run=go, sep=st['sep'] | (run & sep), xn=xn)
 
   st = jax.lax.fori_loop(0, kmax + 1, step, st)
-  dist = jnp.where(st['sep'], MAXVAL, jnp.sqrt(st['x'] @ st['x']))
+  dist = jnp.where(st['sep'], MAXVAL, st['xn'])
   return dist > tol, dist, st['lam'] @ st['s1'], st['lam'] @ st['s2']
 
 
-def _ccd_distance(m, t1, t2, pos1, mat1, size1, verts1, pos2, mat2, size2, verts2, distmax):
+def _ccd_distance(m, t1, t2, pos1, mat1, size1, verts1, pos2, mat2, size2, verts2, distmax,
+                  mode='distance'):
   """mj_geomDistance through native GJK (mjc_ccd with dist_cutoff = distmax): (dist, x1, x2).
 
   t1, t2: geom types as int32 () (traced: one compiled search serves every type pair).
@@ -916,6 +923,10 @@ def _ccd_distance(m, t1, t2, pos1, mat1, size1, verts1, pos2, mat2, size2, verts
   with both witness points at the enclosed point, as MuJoCo does. Only when that run ends
   within the tolerance (shapes touching to within ccd_tolerance) does MuJoCo go on to EPA; that
   case keeps the run's result here, which differs from EPA's depth by about the tolerance.
+  With distmax = 0 MuJoCo's search is its collision test instead (gjkIntersect, then EPA's
+  penetration depth, negative; separated shapes give MAXVAL): convex._ccd with margin 0.
+  ``mode`` (static): 'distance' (distmax > 0), 'collide' (distmax = 0) or 'both' (distmax
+  traced: both searches, selected).
   """
   from .collision import convex as cvx
   sg = jax.lax.stop_gradient
@@ -925,6 +936,11 @@ def _ccd_distance(m, t1, t2, pos1, mat1, size1, verts1, pos2, mat2, size2, verts
   kmax = int(m.opt.ccd_iterations)
   g1 = cvx._Geom(t1, sg(pos1), sg(mat1), sg(size1), sg(verts1), zero)
   g2 = cvx._Geom(t2, sg(pos2), sg(mat2), sg(size2), sg(verts2), zero)
+  if mode != 'distance':
+    valid, edist, ex1, ex2 = cvx._ccd(g1, g2, zero, tol, kmax, cvx.HORIZON_STEPS)
+    edist = jnp.where(valid, edist, MAXVAL)
+    if mode == 'collide':
+      return _reattach_witness(edist, ex1, ex2, pos1, mat1, pos2, mat2)
   shrink1 = (t1 == G_SPHERE) | (t1 == G_CAPSULE)
   shrink2 = (t2 == G_SPHERE) | (t2 == G_CAPSULE)
   discrete = ((t1 == G_BOX) | (t1 == G_MESH)) & ((t2 == G_BOX) | (t2 == G_MESH))
@@ -946,7 +962,17 @@ def _ccd_distance(m, t1, t2, pos1, mat1, size1, verts1, pos2, mat2, size2, verts
   x1 = jnp.where(shallow, sx1 + nrm * r1, x1)
   x2 = jnp.where(shallow, sx2 - nrm * r2, x2)
   del done
-  # gradients: the witness points move rigidly with their geoms (envelope theorem)
+  if mode == 'both':
+    collide = distmax == 0
+    dist = jnp.where(collide, edist, dist)
+    x1, x2 = jnp.where(collide, ex1, x1), jnp.where(collide, ex2, x2)
+  return _reattach_witness(dist, x1, x2, pos1, mat1, pos2, mat2)
+
+
+def _reattach_witness(dist, x1, x2, pos1, mat1, pos2, mat2):
+  """Gradients of a search's result (values unchanged): the witness points move rigidly with
+  their geoms and dist changes along the segment (envelope theorem)."""
+  sg = jax.lax.stop_gradient
   w1 = mat1 @ (sg(mat1).T @ (x1 - sg(pos1))) + pos1
   w2 = mat2 @ (sg(mat2).T @ (x2 - sg(pos2))) + pos2
   n = normalize3(x2 - x1)
@@ -966,7 +992,7 @@ def _uses_ccd(m, key):
   return True
 
 
-def _ccd_pairs(m, d, types1, types2, geom1, geom2, margin):
+def _ccd_pairs(m, d, types1, types2, geom1, geom2, margin, mode):
   """mj_geomDistance through GJK for pairs of any types (types1, types2: numpy int arrays):
   (found, dist, fromto (n, 6)); fromto runs from geom1 to geom2 of the sorted pair (MuJoCo
   does not turn it back)."""
@@ -985,10 +1011,10 @@ def _ccd_pairs(m, d, types1, types2, geom1, geom2, margin):
   if len(set(zip(types1.tolist(), types2.tolist()))) == 1:
     # one type pair: static types, the search specialised to them
     a, b = int(types1[0]), int(types2[0])
-    dist, x1, x2 = jax.vmap(lambda *x: _ccd_distance(m, a, b, *x))(*args)
+    dist, x1, x2 = jax.vmap(lambda *x: _ccd_distance(m, a, b, *x, mode=mode))(*args)
   else:
     # several: traced types, one search for all of them
-    dist, x1, x2 = jax.vmap(lambda a, b, *x: _ccd_distance(m, a, b, *x))(
+    dist, x1, x2 = jax.vmap(lambda a, b, *x: _ccd_distance(m, a, b, *x, mode=mode))(
         jnp.asarray(types1), jnp.asarray(types2), *args)
   return dist < margin, dist, jnp.concatenate([x1, x2], axis=1)
 
@@ -1050,11 +1076,22 @@ def _collision_sensors(m, d, data):
       rows = np.concatenate([gr[2] for gr in ccd])
       types1 = np.concatenate([np.full(gr[2].size, gr[0], np.int32) for gr in ccd])
       types2 = np.concatenate([np.full(gr[2].size, gr[1], np.int32) for gr in ccd])
-      f, dd, ft = _ccd_pairs(m, d, types1, types2,
-                             jnp.asarray(np.concatenate([gr[3] for gr in ccd])),
-                             jnp.asarray(np.concatenate([gr[4] for gr in ccd])),
-                             m.sensor_cutoff[sensor[rows]])
-      ok, dist, seg = ok.at[rows].set(f), dist.at[rows].set(dd), seg.at[rows].set(ft)
+      geom1 = np.concatenate([gr[3] for gr in ccd])
+      geom2 = np.concatenate([gr[4] for gr in ccd])
+      # cutoff 0 runs MuJoCo's collision search, a positive one its distance search
+      cuts = _concrete(m.sensor_cutoff)
+      if cuts is None:
+        parts = [(np.ones(rows.size, bool), 'both')]
+      else:
+        zero = cuts[sensor[rows]] == 0
+        parts = [(~zero, 'distance'), (zero, 'collide')]
+      for sel, mode in parts:
+        if not np.any(sel):
+          continue
+        r = rows[sel]
+        f, dd, ft = _ccd_pairs(m, d, types1[sel], types2[sel], jnp.asarray(geom1[sel]),
+                               jnp.asarray(geom2[sel]), m.sensor_cutoff[sensor[r]], mode)
+        ok, dist, seg = ok.at[r].set(f), dist.at[r].set(dd), seg.at[r].set(ft)
     sid = jnp.asarray(sensor)
     low = jax.ops.segment_min(jnp.where(ok, dist, jnp.inf), sid, num_segments=m.nsensor)
     first = jax.ops.segment_min(jnp.where(ok & (dist == low[sid]), jnp.arange(npair), npair),

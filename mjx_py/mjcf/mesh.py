@@ -45,7 +45,8 @@ class Mesh:
   MuJoCo); scale (3,); volume: volume, or surface area for inertia "shell"; boxsz (3,):
   half-sizes of the equivalent inertia box; aamm (6,): (min, max) corners of the vertices.
   needhull: the hull must exist (no faces, or inertia "convex"); hull_error: why it could not
-  be built (then hull_ids lists every vertex).
+  be built (then hull_ids lists every vertex); hull_faces (h, 3) int: the hull's triangles
+  (ids into ``vert``), None without a hull.
   """
 
   name: str
@@ -61,6 +62,7 @@ class Mesh:
   boxsz: np.ndarray
   aamm: np.ndarray
   hull_error: str | None = None
+  hull_faces: np.ndarray | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,7 +346,8 @@ def compile_mesh(ctx, node: Node, vals: dict, name: str, needhull: bool) -> Mesh
   return Mesh(name=name, node=node, vert=v, face=np.asarray(faces, np.int64),
               hull_ids=np.asarray(hull_ids, np.int64), pos=np.array(com, float),
               quat=np.array(quat, float), scale=scale, inertia=kind, volume=volume,
-              boxsz=boxsz, aamm=aamm, hull_error=hull_error)
+              boxsz=boxsz, aamm=aamm, hull_error=hull_error,
+              hull_faces=None if hull_faces is None else np.asarray(hull_faces, np.int64))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,4 +452,29 @@ def model_fields(meshes: list[Mesh]) -> dict:
     hullvert[i] = np.concatenate([hv, np.repeat(hv[:1], width - len(hv), axis=0)])
   out['mesh_hullvert'] = hullvert
   out['mesh_hullvertnum'] = np.array([len(m.hull_ids) for m in meshes], np.int32)
+  out['mesh_hullnbr'] = _hull_neighbours(meshes, width)
+  return out
+
+
+def _hull_neighbours(meshes: list[Mesh], width: int) -> np.ndarray:
+  """(nmesh, width, maxnbr) int32: for each hull vertex (its position in mesh_hullvert), the
+  positions of the vertices it shares a hull edge with, ascending, -1 padded (padding rows: all
+  -1). The engine's stand-in for MuJoCo's mesh_graph, which lists the same edges of qhull's
+  triangulation in qhull's order (mjc_PlaneConvex walks the deepest vertex's neighbours). Where
+  a hull face is not a triangle, the diagonals chosen to triangulate it may differ from qhull's.
+  A mesh without a hull (fewer than 4 points or flat) gets no neighbours."""
+  lists = []
+  for m in meshes:
+    pos = {int(v): k for k, v in enumerate(m.hull_ids)}
+    nbr = [set() for _ in m.hull_ids]
+    for face in (m.hull_faces if m.hull_faces is not None else ()):
+      for a, b in ((face[0], face[1]), (face[1], face[2]), (face[2], face[0])):
+        nbr[pos[int(a)]].add(pos[int(b)])
+        nbr[pos[int(b)]].add(pos[int(a)])
+    lists.append([sorted(n) for n in nbr])
+  maxnbr = max((len(n) for ls in lists for n in ls), default=0)
+  out = np.full((len(meshes), width, maxnbr), -1, np.int32)
+  for i, ls in enumerate(lists):
+    for k, n in enumerate(ls):
+      out[i, k, :len(n)] = n
   return out
