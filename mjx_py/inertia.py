@@ -19,9 +19,8 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 
-from . import math, tree
+from . import linalg, math, tree
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
 
@@ -75,6 +74,6 @@ def crb(m, d):
 
 
 def solve_m(m, d, x):
-  """Solves qM y = x (x: (nv,) or (nv, k)) with a dense Cholesky factorisation."""
-  chol = jnp.linalg.cholesky(d.qM)
-  return jsl.cho_solve((chol, True), x)
+  """Solves qM y = x (x: (nv,) or (nv, k)) with a dense Cholesky factorisation (mj_solveM;
+  plain JAX, see mjx_py.linalg for why not LAPACK)."""
+  return linalg.solve_spd(d.qM, x)

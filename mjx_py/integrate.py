@@ -35,10 +35,9 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 import numpy as np
 
-from . import actuation, math, support, tree
+from . import actuation, linalg, math, support, tree
 from .actuation import next_activation
 from .math import MINVAL
 
@@ -123,7 +122,7 @@ def euler(m, d):
   if m.nv and not m.opt.disableflags & DSBL_EULERDAMP:
     def damped(_):
       qh = d.qM + jnp.diag(m.opt.timestep * m.dof_damping)
-      return jsl.cho_solve(jsl.cho_factor(qh, lower=True), d.qfrc_smooth + d.qfrc_constraint)
+      return linalg.solve_spd(qh, d.qfrc_smooth + d.qfrc_constraint)
 
     qacc = jax.lax.cond(jnp.any(m.dof_damping > 0), damped, lambda _: d.qacc, None)
   return _advance(m, d, d.act_dot, qacc)
@@ -140,7 +139,8 @@ def _implicit(m, d, fast):
       stored = (m.dof_ancestor > 0) & ((m.dof_simplenum == 0)[:, None] | eye)
       lower = jnp.where(stored, qderiv, 0.0)
       qderiv = lower + jnp.where(eye, 0.0, lower).T
-    qacc = jnp.linalg.solve(d.qM - m.opt.timestep * qderiv, d.qfrc_smooth + d.qfrc_constraint)
+    # LU without pivoting, as MuJoCo's mju_factorLUSparse (M - h D is near-SPD for small h)
+    qacc = linalg.solve(d.qM - m.opt.timestep * qderiv, d.qfrc_smooth + d.qfrc_constraint)
   return _advance(m, d, d.act_dot, qacc)
 
 

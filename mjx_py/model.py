@@ -288,7 +288,9 @@ COUNT_SIZES = ('nlimit', 'nfriction', 'ncandidate', 'has_fluid', 'nefc_max', 'ef
 #     device), put_model's broadphase ('auto' picks by the number of dynamic candidate pairs);
 #   npairmax: the most pairs of one geom type pair whose narrowphase runs in a step (put_model's
 #     npairmax, else nconmax; like MJX's max_geom_pairs).
-COLLISION_META = ('nconmax', 'col_groups', 'broadphase', 'npairmax')
+#   col_hfield: (ny, nx, nrow, ncol), the static cell block of hfield.collide shared by every
+#     (hfield, geom) pair and the grid size all hfields share; () without hfield pairs.
+COLLISION_META = ('nconmax', 'col_groups', 'col_hfield', 'broadphase', 'npairmax')
 # Engine-only static type sets (host-computed, see type_sets): the sorted distinct values of
 # the discrete type fields, so that stages only trace the branches a model can take (a humanoid
 # has no ball-joint or slider-crank code in its step). They are fixed by the compiled model: a
@@ -403,6 +405,7 @@ def put_model(arrays: dict, nconmax: int | None = None, broadphase: str = 'auto'
   tables = driver.pair_tables(arrays, broadphase)
   kwargs.update({k: _leaf(tables[k], 'i') for k in driver.INDEX_FIELDS})
   kwargs['col_groups'] = tables['col_groups']
+  kwargs['col_hfield'] = tables['col_hfield']
   kwargs['broadphase'] = tables['broadphase']
   kwargs['nconmax'] = driver.capacity(int(arrays.get('nconmax', -1)), tables, nconmax)
   kwargs['npairmax'] = driver.pair_capacity(kwargs['nconmax'], npairmax)

@@ -123,9 +123,12 @@ INDEX_FIELDS = ('col_geom', 'col_pairid', 'col_conadr', 'col_sweep', 'col_exclud
 
 def _routines() -> dict:
   """(type1, type2) -> (fn, contacts per pair): the analytic, plane-convex and convex routines
-  of primitive pairs (``primitive.ROUTINES``) and the mesh pairs (``convex.MESH_ROUTINES``)."""
-  from . import convex, primitive  # imported late: model.py needs this module on the host only
-  return {**primitive.ROUTINES, **convex.MESH_ROUTINES}
+  of primitive pairs (``primitive.ROUTINES``), the mesh pairs (``convex.MESH_ROUTINES``) and the
+  height-field pairs (``hfield.ROUTINES``; their contacts per pair depend on the model: None
+  here, ``_hfield_cells`` on the host)."""
+  from . import convex, hfield, primitive  # late: model.py needs this module on the host only
+  return {**primitive.ROUTINES, **convex.MESH_ROUTINES,
+          **{k: (fn, None) for k, fn in hfield.ROUTINES.items()}}
 
 
 def _is_ccd(fn) -> bool:
@@ -133,11 +136,15 @@ def _is_ccd(fn) -> bool:
   return hasattr(fn, 'kinds')
 
 
-def _max_contacts(t1: int, t2: int, enableflags: int) -> int:
-  """Slots per pair: the routine's size; for pair types without a routine (collision raises
-  for them) MuJoCo's mj_maxContact, so that the default capacity stays meaningful."""
+def _max_contacts(t1: int, t2: int, enableflags: int, hfield_cells=None) -> int:
+  """Slots per pair: the routine's size (for an hfield pair, that of its cell block
+  ``hfield_cells``); for pair types without a routine (collision raises for them) MuJoCo's
+  mj_maxContact, so that the default capacity stays meaningful."""
+  from . import hfield
   routines = _routines()
-  if (t1, t2) in routines:
+  if t1 == HFIELD and hfield_cells:
+    return hfield.max_contacts(hfield_cells[:2])
+  if (t1, t2) in routines and routines[(t1, t2)][1] is not None:
     return int(routines[(t1, t2)][1])
   if HFIELD in (t1, t2):
     return 50                            # mjMAXCONPAIR
@@ -169,7 +176,34 @@ def _host_context(arrays: dict) -> dict:
       'explicit': np.unique(np.minimum(pg1, pg2) * ngeom + np.maximum(pg1, pg2)),
       'filterparent': not int(arrays['opt_disableflags']) & DSBL_FILTERPARENT,
       'enable': int(arrays['opt_enableflags']),
+      'dataid': ints('geom_dataid'),
+      'rbound': np.asarray(arrays['geom_rbound'], np.float64).reshape(-1),
+      'hfield_nrow': ints('hfield_nrow'), 'hfield_ncol': ints('hfield_ncol'),
+      'hfield_size': np.asarray(arrays['hfield_size'], np.float64).reshape(-1, 4),
   }
+
+
+def _hfield_cells(c: dict, types):
+  """The static cell block (ny, nx) of hfield.collide (``hfield.cell_bound``) that covers every
+  hfield geom of the model against the largest geom (geom_rbound) of any type paired with
+  height fields, and the grid size (nrow, ncol) all hfields share: (ny, nx, nrow, ncol), or
+  None without hfield pairs. One block for all types lets one compiled search serve them all.
+  """
+  from . import hfield
+  partners = [t2 for t1, t2 in types if t1 == HFIELD]
+  if not partners:
+    return None
+  data = np.unique(c['dataid'][c['gtype'] == HFIELD])
+  grids = {(int(c['hfield_nrow'][h]), int(c['hfield_ncol'][h])) for h in data}
+  if len(grids) > 1:
+    raise NotSupportedError(
+        f'height fields of different grid sizes (nrow, ncol) {sorted(grids)} in one model: '
+        'hfield collisions need one grid size for all hfields that collide; resample them to '
+        'one size')
+  (nrow, ncol), = grids
+  rb = float(np.max(c['rbound'][np.isin(c['gtype'], partners)]))
+  cells = [hfield.cell_bound(nrow, ncol, c['hfield_size'][h], rb) for h in data]
+  return (max(a for a, _ in cells), max(b for _, b in cells), nrow, ncol)
 
 
 def _base_keep(c: dict, g1, g2):
@@ -301,7 +335,8 @@ def _rows(c: dict, g1, g2, sweep: dict, partners) -> dict:
 
   # slot addresses in MuJoCo's order, then group by type pair (stable: keeps that order)
   types = sorted({(int(a), int(b)) for a, b in zip(t1, t2)} | set(sweep))
-  ncon = {k: _max_contacts(k[0], k[1], c['enable']) for k in types}
+  cells = _hfield_cells(c, types)
+  ncon = {k: _max_contacts(k[0], k[1], c['enable'], cells) for k in types}
   table = np.zeros(NTYPE * NTYPE, np.int64)
   for (a, b), n in ncon.items():
     table[a * NTYPE + b] = n
@@ -328,6 +363,7 @@ def _rows(c: dict, g1, g2, sweep: dict, partners) -> dict:
       'col_pairid': pairid.astype(np.int32),
       'col_conadr': conadr.astype(np.int32),
       'col_groups': tuple(groups),
+      'col_hfield': cells or (),
       'ncandidate': int(cg1.size) + sum(sweep.values()),
       'ncon_total': int(np.sum(nslot)) + sum(n * ncon[k] for k, n in sweep.items()),
       'ngeom_collide': int(collide.sum()),
@@ -773,6 +809,44 @@ def _narrowphase(m, d, xmat, fn, t1, t2, h1, h2, margin):
   return jax.vmap(lambda *a: fn(*a, **opts))(*args)
 
 
+def _hfield_narrowphase(m, d, xmat, hf, groups):
+  """The (hfield, t) pairs (mjc_ConvexHField), all types in one vmapped search over their
+  pairs (traced geom types when there are several, as in ``_convex_narrowphase``), on the cell
+  block m.col_hfield = (ny, nx, nrow, ncol) that every hfield of the model shares."""
+  from . import hfield
+  ny, nx, nrow, ncol = m.col_hfield
+  n = hfield.max_contacts((ny, nx))
+  for t1, t2, ncon, *_ in groups:
+    if t1 == HFIELD and ncon != n:
+      raise ValueError(f'hfield-{GEOM_TYPE_NAMES[t2]}: the Model was built for {ncon} '
+                       f'contacts per pair, the routine has {n}: rebuild it with put_model')
+
+  def cat(i):
+    return jnp.concatenate([c[i] for c in hf])
+  h1, h2, margin, pairid, keep = cat(3), cat(4), cat(5), cat(6), cat(7)
+  keys = [jnp.concatenate(k) for k in zip(*(c[8] for c in hf))]
+  if len(hf) == 1:
+    kind2 = hf[0][1]
+  else:
+    kind2 = jnp.asarray(np.concatenate([np.full(c[3].shape[0], c[1], np.int32) for c in hf]))
+  if any(c[1] == MESH for c in hf):
+    # every pair gathers a hull (ignored unless geom 2 is a mesh): one shape for all pairs
+    verts2 = m.mesh_hullvert[jnp.maximum(m.geom_dataid[h2], 0)]
+  else:
+    verts2 = jnp.zeros((h1.shape[0], 1, 3), d.geom_xpos.dtype)
+  data = m.geom_dataid[h1]
+
+  def one(k2, adr, size, pos1, mat1, pos2, mat2, size2, mg, v2):
+    field = hfield.make_hfield(m.hfield_data, adr, size, nrow, ncol)
+    return hfield.collide(kind2 if len(hf) == 1 else k2, pos1, mat1, field, pos2, mat2, size2,
+                          mg, v2, ncell=(ny, nx), tolerance=m.opt.ccd_tolerance,
+                          iterations=int(m.opt.ccd_iterations))
+  k2 = kind2 if len(hf) > 1 else jnp.zeros(h1.shape, jnp.int32)
+  res = jax.vmap(one)(k2, m.hfield_adr[data], m.hfield_size[data], d.geom_xpos[h1], xmat[h1],
+                      d.geom_xpos[h2], xmat[h2], m.geom_size[h2], margin, verts2)
+  return _slots(res, n, h1, h2, pairid, keep, keys)
+
+
 def _slots(res, n, h1, h2, pairid, keep, keys):
   """Flatten a type pair's Contacts (npair, n) into contact slots with their pair's order keys
   and their index within the pair."""
@@ -857,14 +931,17 @@ def collision(m, d):
   # narrowphase, one geom type pair at a time (the convex searches of several type pairs share
   # one compiled search); each contact slot carries its pair's order keys and its index within
   # the pair
-  parts, ccd = [], []
+  parts, ccd, hf = [], [], []
   for t1, t2, ncon, h1, h2, pairid, keep, keys in groups:
     fn, n = routines[(t1, t2)]
+    margin = _margin(m, h1, h2, pairid, override)
+    if t1 == HFIELD:
+      hf.append((t1, t2, fn, h1, h2, margin, pairid, keep, keys))
+      continue
     if n != ncon:
       raise ValueError(f'{GEOM_TYPE_NAMES[t1]}-{GEOM_TYPE_NAMES[t2]}: the Model was built for '
                        f'{ncon} contacts per pair, the routine has {n}: rebuild it with '
                        'put_model')
-    margin = _margin(m, h1, h2, pairid, override)
     if _is_ccd(fn):
       ccd.append((t1, t2, fn, h1, h2, margin, pairid, keep, keys))
       continue
@@ -872,6 +949,8 @@ def collision(m, d):
     parts.append(_slots(res, n, h1, h2, pairid, keep, keys))
   if ccd:
     parts.append(_convex_narrowphase(m, d, xmat, ccd))
+  if hf:
+    parts.append(_hfield_narrowphase(m, d, xmat, hf, groups))
   dist, pos, frame, valid, g1, g2, pairid, index, *keys = (jnp.concatenate(x)
                                                           for x in zip(*parts))
   # materialise the narrowphase results once: otherwise XLA may fuse the routines' last steps
