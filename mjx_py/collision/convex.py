@@ -787,10 +787,20 @@ class _EpaState(NamedTuple):
   vidx: jax.Array
 
 
-def _epa(g1, g2, poly, vidx, tol, kmax, nsteps):
-  """MuJoCo's epa(): returns (face, fail, poly)."""
+def _epa(g1, g2, poly, vidx, tol, kmax, nsteps, discrete=False):
+  """MuJoCo's epa(): returns (face, fail, poly).
+
+  ``discrete`` (bool () or Python False): the two rules MuJoCo 3.3.3's epa() adds for a
+  discrete pair, which hfield.py applies to its prisms (a prism against a box or mesh, zero
+  margin): the stopping tolerance is MINVAL instead of ccd_tolerance, and the expansion stops
+  when the new support point repeats a polytope vertex, judged by the support vertex indices.
+  The prism's support never records an index, so the test is whether geom 2's support vertex
+  (a box corner or mesh vertex) is already one of the polytope's: compared by the point on
+  geom 2, which is computed identically for the same vertex."""
   dt = poly.v.dtype
   nf = poly.fidx.shape[0]
+  if discrete is not False:
+    tol = jnp.where(discrete, MINVAL, tol).astype(dt)
   face0 = _Face(jnp.zeros(3, jnp.int32), jnp.zeros(3, dt), jnp.zeros((), dt))
   st = _EpaState(poly, face0, jnp.asarray(FLT_MAX, dt), jnp.zeros((), bool),
                  jnp.zeros((), bool), vidx)
@@ -819,6 +829,9 @@ def _epa(g1, g2, poly, vidx, tol, kmax, nsteps):
                           v2=poly.v2.at[wi].set(v2[0], mode='drop'), nv=wi + 1)
     upper = jnp.minimum(st.upper, _dot(cur.p, v[0]) / _den(lower))
     expand = go & ~(upper - lower < tol)
+    if discrete is not False:
+      seen = jnp.arange(poly.v.shape[0]) < wi
+      expand = expand & ~(discrete & jnp.any(seen & jnp.all(poly.v2 == v2[0], axis=1)))
     # horizon, then one new face per horizon edge in the freed / free slots
     p3, hf, he, ne, over = _horizon(poly2, f, v[0], nsteps)
     act = rng_h < ne

@@ -202,84 +202,10 @@ def _fix_normal(kind, normal, cpos, pos2, mat2, size2):
 # ---------------------------------------------------------------------------------------------
 # The search: convex.py's mjc_ccd with MuJoCo's EPA stop for discrete pairs
 
-def _epa(g1, g2, poly, vidx, tol, kmax, nsteps, discrete):
-  """convex._epa with the two rules MuJoCo's epa() adds for a discrete pair (both geoms
-  box / mesh / hfield, zero margins): the stopping tolerance is MINVAL instead of
-  ccd_tolerance, and the expansion stops when the new support point repeats a polytope
-  vertex, judged by the geoms' support vertex indices. The prism's support never records an
-  index (it stays -1), so for an hfield pair the test is whether geom 2's support vertex (a box
-  corner or mesh vertex) is already one of the polytope's: compared here by the point on geom 2,
-  which is computed identically for the same vertex."""
-  dt = poly.v.dtype
-  nf = poly.fidx.shape[0]
-  nvmax = poly.v.shape[0]
-  tol = jnp.where(discrete, MINVAL, tol).astype(dt)
-  face0 = convex._Face(jnp.zeros(3, jnp.int32), jnp.zeros(3, dt), jnp.zeros((), dt))
-  st = convex._EpaState(poly, face0, jnp.asarray(convex.FLT_MAX, dt), jnp.zeros((), bool),
-                        jnp.zeros((), bool), vidx)
-  rng_f = jnp.arange(nf)
-  rng_h = jnp.arange(nsteps)
-  rng_v = jnp.arange(nvmax)
-
-  def body(_, st):
-    poly = st.poly
-    run = ~st.done
-    md = jnp.where(rng_f < poly.nmap, poly.fd[poly.fmap], jnp.inf)
-    mi = jnp.argmin(md)
-    lower = md[mi]
-    found = lower < convex.FLT_MAX
-    f = poly.fmap[mi]
-    cur = convex._Face(jnp.where(found, poly.fvert[f], st.face.vert),
-                       jnp.where(found, poly.fp[f], st.face.p),
-                       jnp.where(found, poly.fd[f], st.face.d))
-    lower = jnp.where(found, lower, convex.FLT_MAX)
-    stale = lower > st.upper
-    go = run & ~stale & (lower > 0)
-    v, v1, v2, vidx = convex._support(g1, g2, convex._epa_dir(cur.p, lower)[None], st.vidx)
-    wi = poly.nv
-    repeat = discrete & jnp.any((rng_v < wi) & jnp.all(poly.v2 == v2[0], axis=1))
-    poly2 = poly._replace(v=poly.v.at[wi].set(v[0], mode='drop'),
-                          v1=poly.v1.at[wi].set(v1[0], mode='drop'),
-                          v2=poly.v2.at[wi].set(v2[0], mode='drop'), nv=wi + 1)
-    upper = jnp.minimum(st.upper, convex._dot(cur.p, v[0]) / convex._den(lower))
-    expand = go & ~(upper - lower < tol) & ~repeat
-    p3, hf, he, ne, over = convex._horizon(poly2, f, v[0], nsteps)
-    act = rng_h < ne
-    slot = jnp.nonzero(p3.fidx == -2, size=nsteps, fill_value=nf)[0].astype(jnp.int32)
-    ne1 = jnp.maximum(ne, 1)
-    e1 = p3.fvert[hf, he]
-    e2 = p3.fvert[hf, (he + 1) % 3]
-    tris = jnp.stack([jnp.broadcast_to(wi, (nsteps,)), e2, e1], axis=1)
-    pfail, pp, pd = convex._face_proj(p3.v, tris)
-    bad = jnp.any(act & (pfail | (pd == 0) | (slot >= nf)))
-    into = act & (pd >= lower) & (pd <= upper)
-    mpos = p3.nmap + jnp.cumsum(into.astype(jnp.int32)) - 1
-    tgt = jnp.where(act, slot, nf)
-    fadj = p3.fadj.reshape(-1).at[jnp.where(act, hf * 3 + he, 3 * nf)].set(slot, mode='drop')
-    adj_new = jnp.stack([slot[(rng_h - 1) % ne1], hf, slot[(rng_h + 1) % ne1]], axis=1)
-    poly3 = p3._replace(
-        fvert=p3.fvert.at[tgt].set(tris, mode='drop'),
-        fadj=fadj.reshape(nf, 3).at[tgt].set(adj_new, mode='drop'),
-        fp=p3.fp.at[tgt].set(pp, mode='drop'), fd=p3.fd.at[tgt].set(pd, mode='drop'),
-        fidx=p3.fidx.at[tgt].set(jnp.where(into, mpos, -1), mode='drop'),
-        fmap=p3.fmap.at[jnp.where(into, mpos, nf)].set(slot, mode='drop'),
-        nmap=p3.nmap + jnp.sum(into).astype(jnp.int32))
-    fail = expand & ((ne < 3) | over | bad)
-    empty = expand & ~fail & (poly3.nmap == 0)
-    new = jax.tree_util.tree_map(lambda a, b, c: jnp.where(expand, a, jnp.where(go, b, c)),
-                                 poly3, poly2, poly)
-    face = jax.tree_util.tree_map(lambda a, b: jnp.where(run & ~stale, a, b), cur, st.face)
-    return convex._EpaState(poly=new, face=face, upper=jnp.where(go, upper, st.upper),
-                            done=st.done | (run & ~expand) | fail | empty,
-                            fail=st.fail | fail, vidx=jnp.where(go, vidx, st.vidx))
-
-  st = lax.fori_loop(0, kmax, body, st)
-  return st.face, st.fail, st.poly
-
-
 def _ccd(g1, g2, margin, tol, kmax, nsteps):
   """convex._ccd (mjc_ccd) for prism g1 (MESH kind, margin 0) and geom g2 (margin ``margin``),
-  with ``_epa``: (valid, dist, x1, x2), dist the signed distance of the inflated shapes."""
+  with convex._epa's discrete rules: (valid, dist, x1, x2), dist the signed distance of the
+  inflated shapes."""
   dt = g1.pos.dtype
   nvmax = 5 + kmax
   discrete = jnp.asarray(convex._is(g2.kind, BOX, MESH)) & (margin == 0)
@@ -289,7 +215,7 @@ def _ccd(g1, g2, margin, tol, kmax, nsteps):
   hmargins = (jnp.zeros((), dt), jnp.where(shrink, 0.0, g2.margin).astype(dt))
   g = convex._gjk(g1, g2, eps, tol, kmax, shrink, fm2, hmargins)
   poly, ok, vidx = convex._polytope(g1, g2, g, nvmax, 2 * nvmax)
-  face, fail, poly = _epa(g1, g2, poly, vidx, tol, kmax, nsteps, discrete)
+  face, fail, poly = convex._epa(g1, g2, poly, vidx, tol, kmax, nsteps, discrete)
   x1, x2 = convex._epa_witness(poly, face)
   dist = -face.d
   valid = (g.dist <= tol) & (g.n > 1) & ok & ~fail & (dist < 0)
