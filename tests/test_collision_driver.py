@@ -265,6 +265,43 @@ def test_mesh_bin_matches_mujoco():
   assert {(0, mesh), (2, mesh), (6, mesh), (mesh, mesh)} <= kinds, kinds
 
 
+def _settled_states(mj, nstep, every, qpos=None, seed=0):
+  """States along a MuJoCo rollout (mj_step, zero controls) from qpos (default qpos0) with a
+  small random velocity: every ``every`` steps after the first ``every``."""
+  md = mujoco.MjData(mj)
+  if qpos is not None:
+    md.qpos[:] = qpos
+  md.qvel[:] = 0.1 * np.random.default_rng(seed).standard_normal(mj.nv)
+  out = []
+  for k in range(1, nstep + 1):
+    mujoco.mj_step(mj, md)
+    if k % every == 0:
+      out.append(md.qpos.copy())
+  return out
+
+
+@pytest.mark.parametrize('name', ['box_stack', 'humanoid'])
+def test_scene_models_match_mujoco(name):
+  """Whole contact sets along MuJoCo rollouts of two bundled scene models: the box stack (boxes,
+  sphere, cylinder, capsule on a plane and on each other, with cylinder-box through the convex
+  search) settling from rest, and the humanoid falling from a tilted start onto the plane and
+  lying there."""
+  path = os.path.join(ROOT, 'models', f'{name}.xml')
+  m, mj = _models(read(path), nconmax=BIG)
+  qpos = None
+  if name == 'humanoid':
+    qpos = mj.qpos0.copy()
+    qpos[2] = 0.6
+    qpos[3:7] = [np.cos(0.7), np.sin(0.7), 0.0, 0.0]     # tipped over 80 degrees about x
+  ccd = {k for k, (fn, _) in driver._routines().items() if driver._is_ccd(fn)}
+  total = 0
+  for k, q in enumerate(_settled_states(mj, 600, 100, qpos)):
+    md = _theirs(mj, q)
+    _compare(_ours(m, md), md, f'{name} state {k}', pos_tol=2e-4, ccd_frame_tol=(ccd, 1e-2))
+    total += md.ncon
+  assert total >= 12, total
+
+
 def test_default_capacity_rule():
   for path in (SCENE, FILTERS):
     arrays = compile_string(read(path))
