@@ -169,3 +169,17 @@ def dense_qderiv(mj, md):
     adr = md.D_rowadr[i] + np.arange(md.D_rownnz[i])
     out[i, md.D_colind[adr]] = md.qDeriv[adr]
   return out
+
+
+def fill_contacts(c, md, names):
+  """Our contact buffer ``c`` (host arrays) with MuJoCo's rows md.contact[:md.ncon] in the
+  fields ``names`` (exclude 3 is set by the constraint stage: written as 0)."""
+  n = md.ncon
+  fields = {}
+  for name in names:
+    blank = np.array(getattr(c, name))
+    value = np.array([np.asarray(getattr(md.contact[i], name)) for i in range(n)])
+    value = value.reshape((n,) + blank.shape[1:])
+    blank[:n] = np.where(value == 3, 0, value) if name == 'exclude' else value
+    fields[name] = blank
+  return dataclasses.replace(c, **fields)

@@ -116,17 +116,8 @@ def _empty_contact(m):
 
 def _mj_contacts(m, md):
   """MuJoCo's contacts in our (host) buffer (exclude 3 is set by the constraint stage: 0)."""
-  c = _empty_contact(m)
-  n = md.ncon
-  assert n <= m.nconmax
-  fields = {}
-  for name in CONTACT_IN:
-    blank = np.array(getattr(c, name))
-    value = np.array([np.asarray(getattr(md.contact[i], name)) for i in range(n)])
-    value = value.reshape((n,) + blank.shape[1:])
-    blank[:n] = np.where(value == 3, 0, value) if name == 'exclude' else value
-    fields[name] = blank
-  return dataclasses.replace(c, **fields)
+  assert md.ncon <= m.nconmax
+  return oracle.fill_contacts(_empty_contact(m), md, CONTACT_IN)
 
 
 def _mj_position(mj, md):

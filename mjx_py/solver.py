@@ -1,0 +1,649 @@
+"""The constraint solver: MuJoCo 3.3.3's mj_fwdConstraint with its primal solvers (mj_solNewton,
+mj_solCG; engine_solver.c / engine_forward.c) for one world, in fixed-capacity buffers.
+
+solve(m, d) -> d
+  reads  qM (nv, nv), qfrc_smooth, qacc_smooth, qacc_warmstart (nv,); the efc_* rows of
+         mjx_py.constraint (efc_type, efc_J, efc_aref, efc_D, efc_R, efc_frictionloss, nefc);
+         contact.efc_address, dim, mu, friction (elliptic cones)
+  writes qacc, qfrc_constraint, qacc_warmstart (= qacc, as MuJoCo saves it for the next step)
+         (nv,); contact.H (nconmax, 36): the cone Hessians of the contacts in the cone's middle
+         zone (row-major dim x dim, zero elsewhere); and, when Data declares them, efc_force,
+         efc_state (nefc_max,) and the solver statistics of ``Solution``
+solve_info(m, d) -> (d, Solution)
+  the same, with efc_force, efc_state and the statistics returned alongside (``Solution``)
+
+The problem (MuJoCo's primal formulation). With jar = J qacc - aref per row and D = 1 / R,
+  cost(qacc) = 0.5 (qacc - qacc_smooth)' M (qacc - qacc_smooth) + sum of the rows' costs s(jar):
+  equality rows          0.5 D jar^2                                   (state QUADRATIC)
+  friction-loss rows     0.5 D jar^2 for |jar| < R f, else f |jar| - 0.5 R f^2
+                                                    (QUADRATIC, LINEARNEG, LINEARPOS)
+  limits, frictionless and pyramidal contact rows
+                         0.5 D jar^2 for jar < 0, else 0               (QUADRATIC, SATISFIED)
+  elliptic contacts      per contact, on U = (mu jar_0, friction_j jar_j): with N = U_0 and
+                         T = |U_1..|: 0 in the top zone (N >= mu T), the rows' 0.5 D jar^2 in
+                         the bottom zone (mu N + T <= 0), otherwise (CONE)
+                         0.5 D_0 / (mu^2 (1 + mu^2)) (N - mu T)^2
+and efc_force = -ds/djar (the rows' constraint forces), qfrc_constraint = J' efc_force.
+
+Iterations (opt.iterations of them, a lax.scan; a world that has converged is frozen by a
+lax.cond, which vmap turns into a select): a line search along ``search`` (MuJoCo's CGsearch:
+a Newton step on the 1-D piecewise-quadratic cost, a one-sided Newton search, then a bracketed
+search over the two brackets' Newton points and their midpoint, at most about ls_iterations
+evaluations of the 1-D cost; it runs as a bounded state machine, one evaluation per loop step),
+the move, the constraint update and the new gradient grad = M qacc - qfrc_smooth - J' force;
+Newton preconditions with the Hessian H = M + J' diag(D of the QUADRATIC rows) J + the middle-
+zone cone blocks J_c' H_c J_c (H_c from mj_constraintUpdate), factored densely each iteration
+(Gauss-Jordan of mjx_py.linalg: MuJoCo updates its Cholesky factor incrementally, which gives
+the same matrix up to rounding); CG preconditions with M^-1 and updates the direction with
+Polak-Ribiere (beta clamped at 0). Termination as MuJoCo: the line search returns 0, or the
+scaled improvement or gradient (scale = 1 / (meaninertia max(1, nv))) falls below
+opt.tolerance. Warm start: qacc_warmstart unless the warmstart flag is disabled or its total
+cost exceeds the constraint cost at qacc_smooth (whose Gauss cost is 0).
+
+Gradients (implicit differentiation at the optimum, active set frozen): the iterations run on
+stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc - qfrc_smooth
+- J' f(J qacc - aref) vanishes, where f is the force law of the final constraint states (the
+frozen active set) and theta all the float inputs (M, qfrc_smooth, J, aref, D, R, f, mu,
+friction). Its Jacobian in qacc is the Newton Hessian H above, so dqacc = -H^-1 dG/dtheta
+dtheta. The output is qacc* - H^-1 (G - stop_gradient(G)): its value is qacc* exactly, its
+derivative (forward or reverse, any order of vmap) is the implicit one. efc_force gets the same
+treatment through f, and qfrc_constraint = J' efc_force. No derivative flows through the
+iterations or the line search.
+
+Unused rows (efc_type -1) have no cost, zero force and efc_state -1. MuJoCo's islands
+(enableflags island) change only the statistics and the order of the work, not the optimum;
+they are not modelled. PGS (opt.solver 0) and the noslip solver are not implemented: such
+models raise NotSupportedError when traced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from . import linalg
+from .errors import NotSupportedError
+from .math import MINVAL
+
+# mjtConstraintState (and the sentinel of unused rows)
+UNUSED, SATISFIED, QUADRATIC, LINEARNEG, LINEARPOS, CONE = -1, 0, 1, 2, 3, 4
+# mjtSolver
+PGS, CG, NEWTON = 0, 1, 2
+# mjtConstraint
+EQUALITY, FRICTION_DOF, FRICTION_TENDON, LIMIT_JOINT, LIMIT_TENDON = 0, 1, 2, 3, 4
+CONTACT_FRICTIONLESS, CONTACT_PYRAMIDAL, CONTACT_ELLIPTIC = 5, 6, 7
+ELLIPTIC = 1
+DSBL_CONSTRAINT, DSBL_CONTACT, DSBL_WARMSTART = 1, 16, 1 << 8
+# row kinds of the cost (from efc_type)
+_NONE, _EQ, _FRIC, _INEQ, _ELL = 0, 1, 2, 3, 4
+# a 1-D line-search point: (alpha, cost, first derivative, second derivative)
+_ALPHA, _COST, _D0, _D1 = 0, 1, 2, 3
+
+
+class Solution(NamedTuple):
+  """What the solver computes besides qacc / qfrc_constraint (MuJoCo's names).
+
+  efc_force (nefc_max,) constraint forces; efc_state (nefc_max,) int32 mjtConstraintState (-1
+  on unused rows); solver_niter () int32 iterations used; solver_improvement, solver_gradient,
+  solver_lineslope (iterations,) the scaled cost improvement, gradient norm and final line
+  slope of each iteration (0 after the last); solver_nactive, solver_nchange, solver_neval
+  (iterations,) int32 rows not satisfied, rows whose state changed, line-search evaluations.
+  """
+  efc_force: jax.Array
+  efc_state: jax.Array
+  solver_niter: jax.Array
+  solver_improvement: jax.Array
+  solver_gradient: jax.Array
+  solver_lineslope: jax.Array
+  solver_nactive: jax.Array
+  solver_nchange: jax.Array
+  solver_neval: jax.Array
+
+
+class _Problem(NamedTuple):
+  """The solver's inputs for one world. Rows: N = nefc_max; cones: nc = nconmax contact slots
+  of (up to) nr rows each, gathered from the rows (elliptic models only, else empty)."""
+  M: jax.Array            # (nv, nv)
+  qfrc_smooth: jax.Array  # (nv,)
+  qacc_smooth: jax.Array  # (nv,)
+  J: jax.Array            # (N, nv)
+  aref: jax.Array         # (N,)
+  D: jax.Array            # (N,)
+  R: jax.Array            # (N,)
+  floss: jax.Array        # (N,)
+  kind: jax.Array         # (N,) int32 row kind (_NONE, _EQ, _FRIC, _INEQ, _ELL)
+  cone_row: jax.Array     # (nc, nr) int32 rows of each cone (clipped into [0, N))
+  cone_on: jax.Array      # (nc, nr) bool: the row belongs to an elliptic cone
+  cone_scale: jax.Array   # (nc, nr) (mu, friction_0, ..) on the cone's rows, 0 elsewhere
+  mu: jax.Array           # (nc,)
+
+
+# ---------------------------------------------------------------------------------------------
+# Setup
+
+def _cone_width(m) -> int:
+  """Rows per elliptic cone that the model can produce (0: no elliptic cones)."""
+  if m.opt.cone != ELLIPTIC or m.opt.disableflags & DSBL_CONTACT or not m.nconmax:
+    return 0
+  nr = m.efc_rows[3]
+  return nr if nr > 1 else 0
+
+
+def _problem(m, d) -> _Problem:
+  """The solver's inputs from Data (values as given: the caller decides on gradients)."""
+  t = jnp.asarray(d.efc_type)
+  kind = jnp.select(
+      [t == EQUALITY, (t == FRICTION_DOF) | (t == FRICTION_TENDON),
+       (t >= LIMIT_JOINT) & (t <= CONTACT_PYRAMIDAL), t == CONTACT_ELLIPTIC],
+      [_EQ, _FRIC, _INEQ, _ELL], _NONE).astype(jnp.int32)
+  n, dtype = t.shape[0], d.efc_D.dtype
+  nr = _cone_width(m)
+  if nr:
+    c = d.contact
+    c = dataclasses.replace(c, **{k: jnp.asarray(getattr(c, k))
+                                  for k in ('efc_address', 'dim', 'mu', 'friction')})
+    j = jnp.arange(nr)
+    adr = c.efc_address
+    first = jnp.clip(adr, 0, n - 1)
+    # a contact is a cone when its first row is elliptic (condim 1 contacts are frictionless)
+    cone = (adr >= 0) & (t[first] == CONTACT_ELLIPTIC)
+    on = cone[:, None] & (j[None, :] < c.dim[:, None])
+    rows = jnp.clip(adr[:, None] + j[None, :], 0, n - 1).astype(jnp.int32)
+    fr = jnp.concatenate([c.mu[:, None], c.friction[:, :nr - 1]], axis=1)
+    scale = jnp.where(on, fr, 0.0).astype(dtype)
+    mu = jnp.where(cone, c.mu, 1.0).astype(dtype)
+  else:
+    rows = jnp.zeros((0, 1), jnp.int32)
+    on = jnp.zeros((0, 1), bool)
+    scale = jnp.zeros((0, 1), dtype)
+    mu = jnp.zeros((0,), dtype)
+  arrays = (d.qM, d.qfrc_smooth, d.qacc_smooth, d.efc_J, d.efc_aref, d.efc_D, d.efc_R,
+            d.efc_frictionloss)
+  return _Problem(*(jnp.asarray(x) for x in arrays), kind, rows, on, scale, mu)
+
+
+# ---------------------------------------------------------------------------------------------
+# Constraint update (mj_constraintUpdate): states, forces, cost, cone Hessians
+
+class _Update(NamedTuple):
+  force: jax.Array   # (N,)
+  state: jax.Array   # (N,) int32
+  cost: jax.Array    # () constraint cost (no Gauss term)
+  Hc: jax.Array      # (nc, nr, nr) cone Hessians (zero outside the middle zone)
+
+
+def _cone_u(p, jar):
+  """Per cone: U = scale * jar on its rows (nc, nr), N = U_0, T = |U_1..| and T > 0."""
+  U = jar[p.cone_row] * p.cone_scale
+  tsq = jnp.sum(U[:, 1:] * U[:, 1:], axis=1)
+  pos = tsq > 0
+  T = jnp.where(pos, jnp.sqrt(jnp.where(pos, tsq, 1.0)), 0.0)
+  return U, U[:, 0], T, pos
+
+
+def _update(p: _Problem, jar, frozen=None, hessian=False) -> _Update:
+  """States, forces and cost of jar (N,); with ``frozen`` (N,) states the force law of those
+  states (the active set held fixed: used for the implicit gradients)."""
+  D, R, fl, kind = p.D, p.R, p.floss, p.kind
+  # the rows' own states (the elliptic rows' come from their cones below)
+  fric_state = jnp.where(jar <= -R * fl, LINEARNEG, jnp.where(jar >= R * fl, LINEARPOS,
+                                                                QUADRATIC))
+  state = jnp.select([kind == _EQ, kind == _FRIC, kind == _INEQ],
+                     [QUADRATIC, fric_state, jnp.where(jar >= 0, SATISFIED, QUADRATIC)], UNUSED)
+  nc = p.mu.shape[0]
+  if nc:
+    U, N, T, tpos = _cone_u(p, jar)
+    mu = p.mu
+    top = (N >= mu * T) | (~tpos & (N >= 0))
+    bottom = (mu * N + T <= 0) | (~tpos & (N < 0))
+    zone = jnp.where(top, SATISFIED, jnp.where(bottom, QUADRATIC, CONE))
+    # scatter the cones' zones to their rows (rows outside the cones are dropped)
+    dest = jnp.where(p.cone_on, p.cone_row, kind.shape[0])
+    state = state.at[dest].set(jnp.broadcast_to(zone[:, None], dest.shape), mode='drop')
+  state = state.astype(jnp.int32)
+  if frozen is not None:
+    state = frozen
+  state = lax.stop_gradient(state)
+
+  quad = -D * jar
+  force = jnp.select([state == QUADRATIC, state == LINEARNEG, state == LINEARPOS],
+                     [quad, fl, -fl], 0.0)
+  row_cost = jnp.select([state == QUADRATIC, state == LINEARNEG, state == LINEARPOS],
+                        [0.5 * D * jar * jar, -0.5 * R * fl * fl - fl * jar,
+                         -0.5 * R * fl * fl + fl * jar], 0.0)
+  cost = jnp.sum(row_cost)
+  Hc = jnp.zeros((nc,) + p.cone_row.shape[1:] * 2, jar.dtype)
+  if nc:
+    middle = (state[p.cone_row[:, 0]] == CONE) & p.cone_on[:, 0]
+    # middle zone: cost 0.5 Dm (N - mu T)^2, force -dcost/djar; unused branches at safe T
+    Ts = jnp.where(middle, T, 1.0)
+    Dm = D[p.cone_row[:, 0]] / (mu * mu * (1 + mu * mu))
+    nmt = N - mu * T
+    cost = cost + jnp.sum(jnp.where(middle, 0.5 * Dm * nmt * nmt, 0.0))
+    f0 = -Dm * nmt * mu
+    fj = -(f0 / Ts)[:, None] * U[:, 1:] * p.cone_scale[:, 1:]
+    fcone = jnp.concatenate([f0[:, None], fj], axis=1)
+    dest = jnp.where(p.cone_on & middle[:, None], p.cone_row, kind.shape[0])
+    force = force.at[dest].set(fcone, mode='drop')
+    if hessian:
+      # H_c = Dm S [[1, -mu u'/T], [-mu u/T, mu N/T^3 u u' + (mu^2 - mu N/T) I]] S, u = U_1..,
+      # S = diag(scale) (zero on the padding rows, so the padding's identity entries vanish)
+      u = U[:, 1:]
+      nr = U.shape[1]
+      top_row = jnp.concatenate([jnp.ones((nc, 1), jar.dtype), -(mu / Ts)[:, None] * u], 1)
+      block = ((mu * N / (Ts * Ts * Ts))[:, None, None] * u[:, :, None] * u[:, None, :]
+               + (mu * mu - mu * N / Ts)[:, None, None] * jnp.eye(nr - 1, dtype=jar.dtype))
+      raw = jnp.concatenate([top_row[:, None, :], jnp.concatenate(
+          [top_row[:, 1:, None], block], axis=2)], axis=1)
+      s = p.cone_scale
+      Hc = jnp.where(middle[:, None, None],
+                     Dm[:, None, None] * s[:, :, None] * raw * s[:, None, :], 0.0)
+  return _Update(force, state, cost, Hc)
+
+
+def _hessian(p: _Problem, up: _Update):
+  """H = M + J' diag(D on QUADRATIC rows) J + sum over middle-zone cones J_c' H_c J_c."""
+  dq = jnp.where(up.state == QUADRATIC, p.D, 0.0)
+  H = p.M + (p.J * dq[:, None]).T @ p.J
+  if p.mu.shape[0]:
+    Jc = p.J[p.cone_row] * p.cone_on[:, :, None]
+    H = H + jnp.einsum('cjn,cjk,ckm->nm', Jc, up.Hc, Jc)
+  return H
+
+
+# ---------------------------------------------------------------------------------------------
+# Line search (CGprepare, CGeval, CGsearch)
+
+class _Line(NamedTuple):
+  """The 1-D cost along qacc + alpha search, prepared once per search direction."""
+  gauss: jax.Array     # (3,) Gauss cost polynomial (constant, linear, quadratic coefficient)
+  quad: jax.Array      # (N, 3) the rows' quadratic polynomials (0.5 D jar^2 etc.)
+  jar: jax.Array       # (N,)
+  Jv: jax.Array        # (N,)
+  lin_neg: jax.Array   # (N, 3) friction-loss rows' linear pieces below -R f ...
+  lin_pos: jax.Array   # (N, 3) ... and above R f
+  cone: jax.Array      # (nc, 6): U0, V0, UU, UV, VV, Dm
+  cone_quad: jax.Array  # (nc, 3): the sum of the cone's rows' polynomials (bottom zone)
+
+
+def _prepare(p: _Problem, jar, Jv, Ma, Mv, search, gauss_cost) -> _Line:
+  gauss = jnp.stack([gauss_cost, search @ Ma - p.qfrc_smooth @ search, 0.5 * search @ Mv])
+  DJ = p.D * jar
+  quad = jnp.stack([0.5 * jar * DJ, Jv * DJ, 0.5 * Jv * p.D * Jv], axis=1)
+  f, Rf = p.floss, p.R * p.floss
+  zero = jnp.zeros_like(f)
+  lin_neg = jnp.stack([f * (-0.5 * Rf - jar), -f * Jv, zero], axis=1)
+  lin_pos = jnp.stack([f * (-0.5 * Rf + jar), f * Jv, zero], axis=1)
+  nc = p.mu.shape[0]
+  if nc:
+    U = jar[p.cone_row] * p.cone_scale
+    V = Jv[p.cone_row] * p.cone_scale
+    mu = p.mu
+    cone = jnp.stack([U[:, 0], V[:, 0], jnp.sum(U[:, 1:] ** 2, 1), jnp.sum(U[:, 1:] * V[:, 1:], 1),
+                      jnp.sum(V[:, 1:] ** 2, 1),
+                      p.D[p.cone_row[:, 0]] / (mu * mu * (1 + mu * mu))], axis=1)
+    cone_quad = jnp.sum(quad[p.cone_row] * p.cone_on[:, :, None], axis=1)
+  else:
+    cone = jnp.zeros((0, 6), jar.dtype)
+    cone_quad = jnp.zeros((0, 3), jar.dtype)
+  return _Line(gauss, quad, jar, Jv, lin_neg, lin_pos, cone, cone_quad)
+
+
+def _eval(p: _Problem, ln: _Line, alpha):
+  """The 1-D cost and its first two derivatives at alpha (CGeval): a point (4,)."""
+  x = ln.jar + alpha * ln.Jv
+  kind = p.kind
+  Rf = p.R * p.floss
+  fric = kind == _FRIC
+  # rows on their quadratic: equality, friction loss inside (-Rf, Rf), active inequalities;
+  # friction loss outside: the linear pieces
+  on_quad = (kind == _EQ) | (fric & (-Rf < x) & (x < Rf)) | ((kind == _INEQ) & (x < 0))
+  neg = fric & (x <= -Rf)
+  pos = fric & (x >= Rf) & ~neg
+  dtype = x.dtype
+  total = (ln.gauss + on_quad.astype(dtype) @ ln.quad + neg.astype(dtype) @ ln.lin_neg
+           + pos.astype(dtype) @ ln.lin_pos)
+  cost = d0 = d1 = jnp.zeros((), x.dtype)
+  if p.mu.shape[0]:
+    U0, V0, UU, UV, VV, Dm = (ln.cone[:, k] for k in range(6))
+    on = p.cone_on[:, 0]
+    mu = p.mu
+    N = U0 + alpha * V0
+    tsq = UU + alpha * (2 * UV + alpha * VV)
+    tpos = tsq > 0
+    T = jnp.sqrt(jnp.where(tpos, tsq, 1.0))
+    top = jnp.where(tpos, N >= mu * T, N >= 0)
+    bottom = on & ~top & jnp.where(tpos, mu * N + T <= 0, True)
+    middle = on & ~top & ~bottom
+    total = total + jnp.sum(jnp.where(bottom[:, None], ln.cone_quad, 0.0), axis=0)
+    T1 = (UV + alpha * VV) / T
+    T2 = VV / T - (UV + alpha * VV) * T1 / (T * T)
+    nmt = N - mu * T
+    g = V0 - mu * T1
+    cost = jnp.sum(jnp.where(middle, 0.5 * Dm * nmt * nmt, 0.0))
+    d0 = jnp.sum(jnp.where(middle, Dm * nmt * g, 0.0))
+    d1 = jnp.sum(jnp.where(middle, Dm * (g * g + nmt * (-mu * T2)), 0.0))
+  cost = cost + alpha * alpha * total[2] + alpha * total[1] + total[0]
+  d0 = d0 + 2 * alpha * total[2] + total[1]
+  d1 = d1 + 2 * total[2]
+  d1 = jnp.where(d1 <= 0, MINVAL, d1)   # not convex: SHOULD NOT OCCUR (MuJoCo warns)
+  return jnp.stack([alpha, cost, d0, d1])
+
+
+def _newton_alpha(pt):
+  return pt[_ALPHA] - pt[_D0] / pt[_D1]
+
+
+def _update_bracket(pt, cands):
+  """updateBracket: p moves to each candidate whose derivative has p's sign and is smaller
+  in magnitude, in order; returns (p, moved)."""
+  moved = jnp.zeros((), bool)
+  for c in cands:
+    neg = (pt[_D0] < 0) & (c[_D0] < 0) & (pt[_D0] < c[_D0])
+    pos = (pt[_D0] > 0) & (c[_D0] > 0) & (pt[_D0] > c[_D0])
+    pt = jnp.where(neg | pos, c, pt)
+    moved = moved | neg | pos
+  return pt, moved
+
+
+# line-search phases: what the point evaluated in this step is
+_P0, _P1, _OS, _P1NEXT, _MID, _U1, _U2 = 0, 1, 2, 3, 4, 5, 6
+
+
+def _linesearch(m, p: _Problem, ln: _Line, snorm, scale):
+  """MuJoCo's CGsearch along ``search`` (|search| = snorm). Returns (alpha, slope, neval).
+
+  A bounded loop in which every step evaluates one point; after each evaluation the control
+  flow of CGsearch runs up to the next evaluation (or the return) as masked selects.
+  """
+  dtype = ln.jar.dtype
+  ls_iter = m.opt.ls_iterations
+  gtol = m.opt.tolerance * m.opt.ls_tolerance * snorm / scale
+  slopescl = scale / jnp.where(snorm > 0, snorm, 1.0)
+  zero4 = jnp.zeros((4,), dtype)
+  small = snorm < MINVAL                          # search vector too small: alpha 0
+  carry = dict(phase=jnp.int32(_P0), nxt=jnp.zeros((), dtype), p0=zero4, p1=zero4, p2=zero4,
+               p1n=zero4, p2n=zero4, pmid=zero4, done=small, alpha=jnp.zeros((), dtype),
+               slope=jnp.ones((), dtype), neval=jnp.int32(0), dir=jnp.ones((), dtype),
+               p2upd=jnp.zeros((), bool), pend2=jnp.zeros((), bool))
+
+  def step(s):
+    e = _eval(p, ln, s['nxt'])
+    neval = s['neval'] + 1
+    ph = s['phase']
+    p0 = jnp.where(ph == _P0, e, s['p0'])
+    p1 = jnp.where(ph == _P1, jnp.where(p0[_COST] < e[_COST], p0, e),
+                   jnp.where(ph == _OS, e, s['p1']))
+    p1n = jnp.where((ph == _P1NEXT) | (ph == _U1), e, s['p1n'])
+    p2n = jnp.where(ph == _U2, e, s['p2n'])
+    pmid = jnp.where(ph == _MID, e, s['pmid'])
+    p2, p2upd = s['p2'], s['p2upd']
+    slope1 = jnp.abs(p1[_D0]) * slopescl
+
+    # after the first Newton step and each one-sided step: converged, or the one-sided check
+    newt = (ph == _P1) | (ph == _OS)
+    conv1 = newt & (jnp.abs(p1[_D0]) < gtol)
+    direc = jnp.where(ph == _P1, jnp.where(p1[_D0] < 0, 1.0, -1.0).astype(dtype), s['dir'])
+    check = newt & ~conv1
+    go = check & (p1[_D0] * direc <= -gtol) & (neval < ls_iter)
+    p2 = jnp.where(go, p1, p2)
+    p2upd = p2upd | go
+    stop = check & ~go
+    stop_done = stop & ((neval >= ls_iter) | ~p2upd)  # could not bracket / no p2 update
+    to_p1next = stop & ~stop_done
+    p2n = jnp.where(to_p1next, p1, p2n)
+
+    # after the midpoint: a converged candidate (lowest cost), else the bracket updates
+    cands = (p1n, p2n, pmid)
+    is_mid = ph == _MID
+    best, best_pt = jnp.zeros((), bool), zero4
+    for c in cands:
+      better = (jnp.abs(c[_D0]) < gtol) & (~best | (c[_COST] < best_pt[_COST]))
+      best_pt = jnp.where(better, c, best_pt)
+      best = best | better
+    mid_conv = is_mid & best
+    upd = is_mid & ~best
+    q1, b1 = _update_bracket(p1, cands)
+    q2, b2 = _update_bracket(p2, cands)
+    p1 = jnp.where(upd, q1, p1)
+    p2 = jnp.where(upd, q2, p2)
+    mid_none = upd & ~b1 & ~b2                       # no update possible: the midpoint
+    to_u1 = upd & b1
+    to_u2 = (upd & ~b1 & b2) | ((ph == _U1) & s['pend2'])
+    pend2 = jnp.where(to_u1, b2, s['pend2'])
+
+    # the bracketed loop's head: another midpoint, or the best bracket
+    to_br = (ph == _P1NEXT) | ((ph == _U1) & ~s['pend2']) | (ph == _U2)
+    br_go = to_br & (neval < ls_iter)
+    final = to_br & ~br_go
+    fin1 = (p1[_COST] <= p2[_COST]) & (p1[_COST] < p0[_COST])
+    fin2 = ~fin1 & (p2[_COST] <= p1[_COST]) & (p2[_COST] < p0[_COST])
+    fin_alpha = jnp.where(fin1, p1[_ALPHA], jnp.where(fin2, p2[_ALPHA], 0.0))
+    fin_slope = jnp.where(fin1, jnp.abs(p1[_D0]), jnp.where(fin2, jnp.abs(p2[_D0]), 0.0))
+    fin_slope = jnp.where(fin1 | fin2, fin_slope * slopescl, s['slope'])
+
+    ends = [(conv1 | stop_done, p1[_ALPHA], slope1),
+            (mid_conv, best_pt[_ALPHA], jnp.abs(best_pt[_D0]) * slopescl),
+            (mid_none, pmid[_ALPHA], jnp.abs(pmid[_D0]) * slopescl),
+            (final, fin_alpha, fin_slope)]
+    done = s['done']
+    alpha, slope = s['alpha'], s['slope']
+    for flag, a, sl in ends:
+      alpha = jnp.where(flag, a, alpha)
+      slope = jnp.where(flag, sl, slope)
+      done = done | flag
+    first = ph == _P0
+    nxt = jnp.select([first, go | to_p1next, to_u1, to_u2, br_go],
+                     [_newton_alpha(p0), _newton_alpha(p1), _newton_alpha(p1), _newton_alpha(p2),
+                      0.5 * (p1[_ALPHA] + p2[_ALPHA])], s['nxt'])
+    phase = jnp.select([first, go, to_p1next, to_u1, to_u2, br_go],
+                       [_P1, _OS, _P1NEXT, _U1, _U2, _MID], ph).astype(jnp.int32)
+    return dict(phase=phase, nxt=nxt, p0=p0, p1=p1, p2=p2, p1n=p1n, p2n=p2n, pmid=pmid, done=done,
+                alpha=alpha, slope=slope, neval=neval, dir=direc, p2upd=p2upd, pend2=pend2)
+
+  # every path returns within ls_iterations + 3 evaluations; the bound only guards the loop
+  limit = ls_iter + 4
+  out = lax.while_loop(lambda s: ~s['done'] & (s['neval'] < limit), step, carry)
+  alpha = jnp.where(out['done'], out['alpha'], out['p1'][_ALPHA])
+  return alpha, out['slope'], out['neval']
+
+
+# ---------------------------------------------------------------------------------------------
+# The iterations (mj_solCGNewton)
+
+class _Carry(NamedTuple):
+  qacc: jax.Array
+  Ma: jax.Array
+  jar: jax.Array
+  up: _Update
+  cost: jax.Array      # total cost (constraints + Gauss)
+  gauss: jax.Array     # Gauss cost
+  grad: jax.Array
+  Mgrad: jax.Array
+  search: jax.Array
+  Hinv: jax.Array      # Newton: inverse Hessian at qacc (CG: M^-1)
+  done: jax.Array
+  niter: jax.Array
+
+
+def _warmstart(m, p: _Problem, warm, empty):
+  """qacc to start from: qacc_warmstart unless its cost exceeds qacc_smooth's (MuJoCo's
+  warmstart; disabled: qacc_smooth); qacc_smooth when there are no rows."""
+  if m.opt.disableflags & DSBL_WARMSTART:
+    return p.qacc_smooth
+  # the constraint costs at both points in one (vmapped) update
+  jar = jnp.stack([warm, p.qacc_smooth]) @ p.J.T - p.aref
+  cost_warm, cost_smooth = jax.vmap(lambda x: _update(p, x).cost)(jar)
+  cost_warm = cost_warm + 0.5 * (p.M @ warm - p.qfrc_smooth) @ (warm - p.qacc_smooth)
+  return jnp.where((cost_warm > cost_smooth) | empty, p.qacc_smooth, warm)
+
+
+def _iterate(m, p: _Problem, warm, empty):
+  """The primal solver's iterations on stop_gradient inputs: (final carry, stats).
+
+  The scan has opt.iterations + 1 steps, each a line search and move followed by the
+  constraint update, gradient and preconditioning at the new point; step 0 starts from a zero
+  search direction (so its line search returns at once) and only assesses the start point, so
+  that the program holds a single copy of the update and the factorization.
+  """
+  newton = m.opt.solver == NEWTON
+  n, nv = p.J.shape
+  dtype = p.M.dtype
+  tol = m.opt.tolerance
+  scale = 1 / (m.stat.meaninertia * max(1, nv))
+  Minv = None if newton else linalg.inverse(p.M)
+  used = p.kind != _NONE
+  nc, nr = p.cone_row.shape
+
+  qacc = _warmstart(m, p, warm, empty)
+  zv = jnp.zeros((nv,), dtype)
+  blank = _Update(jnp.zeros((n,), dtype), jnp.full((n,), UNUSED, jnp.int32),
+                  jnp.zeros((), dtype), jnp.zeros((nc, nr, nr), dtype))
+  carry = _Carry(qacc, p.M @ qacc, p.J @ qacc - p.aref, blank, jnp.zeros((), dtype),
+                 jnp.zeros((), dtype), zv, zv, zv, jnp.zeros((nv, nv), dtype), empty,
+                 jnp.zeros((), jnp.int32))
+  zero = jnp.zeros((), dtype)
+  izero = jnp.zeros((), jnp.int32)
+
+  def iteration(c: _Carry, first):
+    search = c.search
+    snorm = jnp.sqrt(search @ search)
+    Mv = p.M @ search
+    Jv = p.J @ search
+    ln = _prepare(p, c.jar, Jv, c.Ma, Mv, search, c.gauss)
+    alpha, slope, neval = _linesearch(m, p, ln, snorm, scale)
+    moved = (alpha != 0) | first
+    qacc = c.qacc + alpha * search
+    Ma = c.Ma + alpha * Mv
+    jar = c.jar + alpha * Jv
+    up = _update(p, jar, hessian=newton)
+    gauss = 0.5 * (Ma - p.qfrc_smooth) @ (qacc - p.qacc_smooth)
+    cost = up.cost + gauss
+    grad = Ma - p.qfrc_smooth - p.J.T @ up.force
+    Hinv = linalg.inverse(_hessian(p, up)) if newton else Minv
+    Mgrad = Hinv @ grad
+    improvement = scale * (c.cost - cost)
+    gradient = scale * jnp.sqrt(grad @ grad)
+    converged = (improvement < tol) | (gradient < tol)
+    if newton:
+      new_search = -Mgrad
+    else:
+      # Polak-Ribiere, reset when negative (the first direction: -Mgrad)
+      beta = grad @ (Mgrad - c.Mgrad) / jnp.maximum(MINVAL, c.grad @ c.Mgrad)
+      new_search = -Mgrad + jnp.where(first, 0.0, jnp.maximum(beta, 0.0)) * search
+    new = _Carry(qacc, Ma, jar, up, cost, gauss, grad, Mgrad, new_search, Hinv,
+                 converged, c.niter + jnp.where(first, 0, 1).astype(jnp.int32))
+    out = jax.tree_util.tree_map(lambda a, b: jnp.where(moved, a, b), new, c)
+    out = out._replace(done=jnp.where(first, c.done, ~moved | converged))
+    nactive = jnp.sum((up.state != SATISFIED) & used, dtype=jnp.int32)
+    nchange = jnp.sum(up.state != c.up.state, dtype=jnp.int32)
+    keep = moved & ~first
+    stats = (jnp.where(keep, improvement, zero), jnp.where(keep, gradient, zero),
+             jnp.where(keep, slope, zero), jnp.where(keep, nactive, izero),
+             jnp.where(keep, nchange, izero), jnp.where(keep, neval, izero))
+    return out, stats
+
+  def body(c, k):
+    skip = (zero, zero, zero, izero, izero, izero)
+    first = k == 0
+    return lax.cond(c.done & ~first, lambda c: (c, skip), lambda c: iteration(c, first), c)
+
+  carry, stats = lax.scan(body, carry, jnp.arange(m.opt.iterations + 1))
+  return carry, tuple(x[1:] for x in stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# Implicit gradients and the stage
+
+def _residual(p: _Problem, qacc, state):
+  """G(qacc) = M qacc - qfrc_smooth - J' f(J qacc - aref) with the force law of ``state``;
+  returns (G, f)."""
+  force = _update(p, p.J @ qacc - p.aref, frozen=state).force
+  return p.M @ qacc - p.qfrc_smooth - p.J.T @ force, force
+
+
+def _check(m):
+  if m.opt.solver == PGS:
+    raise NotSupportedError('the PGS constraint solver (opt.solver 0) is not implemented; use '
+                            'solver="Newton" or solver="CG" in <option>')
+  if m.opt.solver not in (CG, NEWTON):
+    raise NotSupportedError(f'unknown constraint solver {m.opt.solver}')
+  if m.opt.noslip_iterations > 0:
+    raise NotSupportedError('the noslip solver is not implemented; set noslip_iterations="0" '
+                            'in <option>')
+
+
+def _no_rows(m, d):
+  nv = m.nv
+  dtype = d.qacc_smooth.dtype
+  n = d.efc_type.shape[0]
+  it = m.opt.iterations
+  sol = Solution(jnp.zeros((n,), dtype), jnp.full((n,), UNUSED, jnp.int32),
+                 jnp.zeros((), jnp.int32), jnp.zeros((it,), dtype), jnp.zeros((it,), dtype),
+                 jnp.zeros((it,), dtype), jnp.zeros((it,), jnp.int32),
+                 jnp.zeros((it,), jnp.int32), jnp.zeros((it,), jnp.int32))
+  d = dataclasses.replace(d, qacc=d.qacc_smooth, qacc_warmstart=d.qacc_smooth,
+                          qfrc_constraint=jnp.zeros((nv,), dtype))
+  return d, sol
+
+
+def _write_optional(d, sol: Solution):
+  """Writes the Solution's fields that Data declares (none of them yet, see the report)."""
+  names = {f.name for f in dataclasses.fields(d)}
+  extra = {k: v for k, v in sol._asdict().items() if k in names}
+  return dataclasses.replace(d, **extra) if extra else d
+
+
+def solve_info(m, d):
+  """The constraint solve (mj_fwdConstraint without noslip); returns (d, Solution). See the
+  module docstring for what is read and written."""
+  if m.opt.disableflags & DSBL_CONSTRAINT or not m.nv or not m.nefc_max:
+    return _no_rows(m, d)
+  _check(m)
+  p = _problem(m, d)
+  empty = d.nefc == 0
+  ps = jax.tree_util.tree_map(lax.stop_gradient, p)
+  carry, stats = _iterate(m, ps, lax.stop_gradient(d.qacc_warmstart), empty)
+
+  # implicit differentiation at the optimum (values unchanged, see the module docstring)
+  state = carry.up.state
+  qstar = carry.qacc
+  G, _ = _residual(p, qstar, state)
+  Hinv = carry.Hinv if m.opt.solver == NEWTON else linalg.inverse(
+      _hessian(ps, _update(ps, carry.jar, frozen=state, hessian=True)))
+  qacc = qstar - lax.stop_gradient(Hinv) @ (G - lax.stop_gradient(G))
+  _, f = _residual(p, qacc, state)
+  force = carry.up.force + (f - lax.stop_gradient(f))
+  qfrc_constraint = d.efc_J.T @ force
+
+  # MuJoCo's layout of the cone Hessians: row-major dim x dim in the first dim^2 of contact.H
+  contact = d.contact
+  nr = _cone_width(m)
+  if nr:
+    Hc = carry.up.Hc
+    dim = jnp.clip(contact.dim, 1, nr)
+    k = jnp.arange(36)
+    r, col = k[None, :] // dim[:, None], k[None, :] % dim[:, None]
+    inside = k[None, :] < dim[:, None] * dim[:, None]
+    val = Hc[jnp.arange(Hc.shape[0])[:, None], jnp.clip(r, 0, nr - 1), jnp.clip(col, 0, nr - 1)]
+    contact = dataclasses.replace(contact, H=jnp.where(inside, val, 0.0).astype(contact.H.dtype))
+
+  improvement, gradient, slope, nactive, nchange, neval = stats
+  sol = Solution(force, state, carry.niter, improvement, gradient, slope, nactive, nchange, neval)
+  d = dataclasses.replace(d, qacc=qacc, qacc_warmstart=qacc, qfrc_constraint=qfrc_constraint,
+                          contact=contact)
+  return _write_optional(d, sol), sol
+
+
+def solve(m, d):
+  """The constraint solve (mj_fwdConstraint without noslip): d with qacc, qfrc_constraint,
+  qacc_warmstart and contact.H (and the Solution fields Data declares) written."""
+  return solve_info(m, d)[0]
+
+
+__all__ = ['solve', 'solve_info', 'Solution', 'SATISFIED', 'QUADRATIC', 'LINEARNEG',
+           'LINEARPOS', 'CONE']
