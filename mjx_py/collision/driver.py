@@ -809,6 +809,25 @@ def _narrowphase(m, d, xmat, fn, t1, t2, h1, h2, margin):
   return jax.vmap(lambda *a: fn(*a, **opts))(*args)
 
 
+def _merge(m, d, parts):
+  """Several type pairs' candidates ((t1, t2, fn, h1, h2, margin, pairid, keep, keys) each) as
+  one batch: (h1, h2, margin, pairid, keep, keys, types1, types2, verts1, verts2), with the
+  geom types as int32 arrays per pair and each side's hull vertex table (npair, maxhull, 3)
+  when some pair has a mesh (ignored unless that side is a mesh; one shape for all pairs),
+  else zeros (npair, 1, 3)."""
+  def cat(i):
+    return jnp.concatenate([c[i] for c in parts])
+  h1, h2, margin, pairid, keep = cat(3), cat(4), cat(5), cat(6), cat(7)
+  keys = [jnp.concatenate(k) for k in zip(*(c[8] for c in parts))]
+  types1, types2 = (jnp.asarray(np.concatenate([np.full(c[3].shape[0], c[i], np.int32)
+                                                for c in parts])) for i in (0, 1))
+  if any(MESH in c[:2] for c in parts):
+    verts1, verts2 = (m.mesh_hullvert[jnp.maximum(m.geom_dataid[h], 0)] for h in (h1, h2))
+  else:
+    verts1 = verts2 = jnp.zeros((h1.shape[0], 1, 3), d.geom_xpos.dtype)
+  return h1, h2, margin, pairid, keep, keys, types1, types2, verts1, verts2
+
+
 def _hfield_narrowphase(m, d, xmat, hf, groups):
   """The (hfield, t) pairs (mjc_ConvexHField), all types in one vmapped search over their
   pairs (traced geom types when there are several, as in ``_convex_narrowphase``), on the cell
@@ -820,30 +839,17 @@ def _hfield_narrowphase(m, d, xmat, hf, groups):
     if t1 == HFIELD and ncon != n:
       raise ValueError(f'hfield-{GEOM_TYPE_NAMES[t2]}: the Model was built for {ncon} '
                        f'contacts per pair, the routine has {n}: rebuild it with put_model')
-
-  def cat(i):
-    return jnp.concatenate([c[i] for c in hf])
-  h1, h2, margin, pairid, keep = cat(3), cat(4), cat(5), cat(6), cat(7)
-  keys = [jnp.concatenate(k) for k in zip(*(c[8] for c in hf))]
-  if len(hf) == 1:
-    kind2 = hf[0][1]
-  else:
-    kind2 = jnp.asarray(np.concatenate([np.full(c[3].shape[0], c[1], np.int32) for c in hf]))
-  if any(c[1] == MESH for c in hf):
-    # every pair gathers a hull (ignored unless geom 2 is a mesh): one shape for all pairs
-    verts2 = m.mesh_hullvert[jnp.maximum(m.geom_dataid[h2], 0)]
-  else:
-    verts2 = jnp.zeros((h1.shape[0], 1, 3), d.geom_xpos.dtype)
+  h1, h2, margin, pairid, keep, keys, _, types2, _, verts2 = _merge(m, d, hf)
+  static = hf[0][1] if len(hf) == 1 else None     # one type: a search specialised to it
   data = m.geom_dataid[h1]
 
   def one(k2, adr, size, pos1, mat1, pos2, mat2, size2, mg, v2):
     field = hfield.make_hfield(m.hfield_data, adr, size, nrow, ncol)
-    return hfield.collide(kind2 if len(hf) == 1 else k2, pos1, mat1, field, pos2, mat2, size2,
-                          mg, v2, ncell=(ny, nx), tolerance=m.opt.ccd_tolerance,
+    return hfield.collide(k2 if static is None else static, pos1, mat1, field, pos2, mat2,
+                          size2, mg, v2, ncell=(ny, nx), tolerance=m.opt.ccd_tolerance,
                           iterations=int(m.opt.ccd_iterations))
-  k2 = kind2 if len(hf) > 1 else jnp.zeros(h1.shape, jnp.int32)
-  res = jax.vmap(one)(k2, m.hfield_adr[data], m.hfield_size[data], d.geom_xpos[h1], xmat[h1],
-                      d.geom_xpos[h2], xmat[h2], m.geom_size[h2], margin, verts2)
+  res = jax.vmap(one)(types2, m.hfield_adr[data], m.hfield_size[data], d.geom_xpos[h1],
+                      xmat[h1], d.geom_xpos[h2], xmat[h2], m.geom_size[h2], margin, verts2)
   return _slots(res, n, h1, h2, pairid, keep, keys)
 
 
@@ -875,24 +881,13 @@ def _convex_narrowphase(m, d, xmat, ccd):
           f'multi-point convex collision (multiccd) between {GEOM_TYPE_NAMES[t1]} and '
           f'{GEOM_TYPE_NAMES[t2]} geoms is not implemented; remove <flag multiccd="enable"/>')
 
-  def cat(i):
-    return jnp.concatenate([c[i] for c in ccd])
-  h1, h2, margin, pairid, keep = cat(3), cat(4), cat(5), cat(6), cat(7)
-  keys = [jnp.concatenate(k) for k in zip(*(c[8] for c in ccd))]
-  types1 = np.concatenate([np.full(c[3].shape[0], c[0], np.int32) for c in ccd])
-  types2 = np.concatenate([np.full(c[3].shape[0], c[1], np.int32) for c in ccd])
-  if any(MESH in c[:2] for c in ccd):
-    # every side gathers a hull (ignored unless its type is mesh): one shape for all pairs
-    verts1 = m.mesh_hullvert[jnp.maximum(m.geom_dataid[h1], 0)]
-    verts2 = m.mesh_hullvert[jnp.maximum(m.geom_dataid[h2], 0)]
-  else:
-    verts1 = verts2 = jnp.zeros((h1.shape[0], 1, 3), d.geom_xpos.dtype)
+  h1, h2, margin, pairid, keep, keys, types1, types2, verts1, verts2 = _merge(m, d, ccd)
 
   def one(a, b, *x):
     valid, dist, pos, normal = convex.collide(
         a, b, *x, tolerance=opts['tolerance'], iterations=opts['iterations'])
     return primitive._contacts(dist[None], pos[None], normal[None], valid[None])
-  res = jax.vmap(one)(jnp.asarray(types1), jnp.asarray(types2), d.geom_xpos[h1], xmat[h1],
+  res = jax.vmap(one)(types1, types2, d.geom_xpos[h1], xmat[h1],
                       m.geom_size[h1], d.geom_xpos[h2], xmat[h2], m.geom_size[h2], margin,
                       verts1, verts2)
   return _slots(res, 1, h1, h2, pairid, keep, keys)
