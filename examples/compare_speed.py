@@ -1,7 +1,7 @@
 """Side-by-side speed: mjx_py vs MuJoCo C (mujoco.rollout, 1 thread and all cores) vs MJX.
 
 Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [--mjx-nstep 20]
-     [--smooth] [--no-mjx]
+     [--smooth] [--no-mjx] [--option "<option noslip_iterations=\"0\"/>"]
 Needs the bench extra (mujoco, mujoco-mjx). All three run in this process, so the ratios come
 from one run on one machine.
 """
@@ -12,6 +12,7 @@ import argparse
 import multiprocessing
 import os
 import queue as queue_module
+import re
 import time
 
 import jax
@@ -104,9 +105,14 @@ def main():
   parser.add_argument('--mjx-timeout', type=float, default=600,
                       help='seconds before an MJX measurement (compile + two runs) is given up')
   parser.add_argument('--smooth', action='store_true', help='disable the constraint solver')
+  parser.add_argument('--option', default='',
+                      help='an <option .../> element appended to the model for all three '
+                           'engines, e.g. \'<option noslip_iterations="0"/>\'')
   args = parser.parse_args()
   with open(args.model) as f:
     xml = f.read()
+  if args.option:
+    xml = re.sub(r'</mujoco>\s*$', args.option + '</mujoco>', xml)
   if args.smooth:
     xml = testspeed.disable_constraints(xml)
   ncpu = os.cpu_count() or 1

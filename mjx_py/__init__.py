@@ -7,6 +7,7 @@ Public API (MuJoCo's names)::
   d = mjx_py.reset_data(m, key=0)                    # state stored in keyframe 0
   d = mjx_py.step(m, d)                              # mj_step (also mjx_py.forward)
   dist, geomid = mjx_py.ray(m, d, pnt, vec)          # mj_ray (vmap over rays)
+  f = mjx_py.contact_force(m, d)                     # mj_contactForce of every contact
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ from .forward import forward, step
 from .model import Model, Option, Statistic, name2id, put_model
 from .ray import ray
 from .setconst import set_const
+
+
+def contact_force(m: Model, d: Data):
+  """MuJoCo's mj_contactForce for every contact slot at once: (nconmax, 6) normal force,
+  two tangent forces, torsional and rolling torques in each contact's frame, decoded from the
+  pyramid rows (pyramidal cones) or copied from the rows (elliptic, frictionless); 0 for unused
+  slots and contacts without rows. Reads contact, ncon, efc_force after ``forward``."""
+  from .sensor import contact_forces
+  return contact_forces(m, d, d.efc_force)
 
 
 def from_xml_string(xml: str, assets: dict | None = None, nconmax: int | None = None,
@@ -40,4 +50,4 @@ def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None,
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
-           'forward', 'step', 'set_const', 'ray']
+           'forward', 'step', 'set_const', 'ray', 'contact_force']

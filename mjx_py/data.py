@@ -44,6 +44,12 @@ unused rows have efc_type = efc_id = -1 and every float 0 (so efc_D = 0: they we
                                      1/R, regularizer, J qvel, reference acceleration
   efc_KBIP           (nefc_max, 4)   stiffness, damping, impedance and its derivative
   nefc, ne, nf, nl   ()              rows in use: all, equality, friction loss, limits (int32)
+The constraint solver (mj_fwdConstraint, mjx_py.solver) writes:
+  efc_force          (nefc_max,)     constraint force of each row (0 on unused rows)
+  efc_state          (nefc_max,)     mjtConstraintState of each row, int32 (-1 on unused rows)
+  solver_niter       ()              iterations used, int32 (0: no rows)
+  solver_improvement, solver_gradient  ()  the last iteration's scaled cost improvement and
+                     gradient norm (MuJoCo's d.solver[niter - 1]; 0 when no iteration ran)
 
 ``make_data(m)`` gives MuJoCo's reset state (``mj_resetData``): qpos = qpos0, mocap poses from
 the mocap bodies, eq_active = eq_active0, everything else zero. Later pipeline stages fill the
@@ -97,11 +103,14 @@ _SHAPES = (
     ('efc_diagApprox', lambda m: (m.nefc_max,)), ('efc_KBIP', lambda m: (m.nefc_max, 4)),
     ('efc_D', lambda m: (m.nefc_max,)), ('efc_R', lambda m: (m.nefc_max,)),
     ('efc_vel', lambda m: (m.nefc_max,)), ('efc_aref', lambda m: (m.nefc_max,)),
+    ('efc_force', lambda m: (m.nefc_max,)),
+    ('solver_improvement', lambda m: ()), ('solver_gradient', lambda m: ()),
 )
 _INT_FIELDS = {'eq_active': lambda m: (m.neq,), 'warning_counts': lambda m: (NWARNING,),
                'wrap_obj': lambda m: (2 * m.nwrap,), 'ten_wrapadr': lambda m: (m.ntendon,),
                'ten_wrapnum': lambda m: (m.ntendon,),
                'efc_type': lambda m: (m.nefc_max,), 'efc_id': lambda m: (m.nefc_max,),
+               'efc_state': lambda m: (m.nefc_max,), 'solver_niter': lambda m: (),
                'nefc': lambda m: (), 'ne': lambda m: (), 'nf': lambda m: (), 'nl': lambda m: ()}
 EFC_UNUSED = -1  # efc_type and efc_id of an unused constraint row
 
@@ -183,6 +192,7 @@ def make_data(m) -> Data:
   fields['eq_active'] = jnp.asarray(m.eq_active0, jnp.int32)
   fields['efc_type'] = jnp.full((m.nefc_max,), EFC_UNUSED, jnp.int32)
   fields['efc_id'] = jnp.full((m.nefc_max,), EFC_UNUSED, jnp.int32)
+  fields['efc_state'] = jnp.full((m.nefc_max,), EFC_UNUSED, jnp.int32)
   fields['contact'] = empty_contact(m.nconmax, dtype)
   fields['ncon'] = jnp.zeros((), jnp.int32)
   return Data(**fields)

@@ -2,18 +2,17 @@
 
 forward(m, d) -> d   (mj_forward, mj_forwardSkip with skipsensor)
   position: kinematics, com_pos, camlight, tendon, crb, tendon_armature, collision,
-            transmission; then position sensors, and energy[0] with the energy flag
+            make_constraint (rows, impedance, reference), transmission; then position
+            sensors, and energy[0] with the energy flag
   velocity: tendon/actuator velocity, com_vel, passive, rne; then velocity sensors, and
             energy[1] with the energy flag
-  actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (not implemented yet),
-  acceleration sensors
+  actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (the solver: qacc,
+  qfrc_constraint, efc_force), acceleration sensors
 step(m, d) -> d      (mj_step) forward, then the integrator chosen by m.opt.integrator (RK4's
                      intermediate evaluations skip the sensors, as MuJoCo's do).
 
-Constraints (contacts, limits, friction loss, equality) come with the constraint-solver
-issue. Until then a model that can produce constraint rows, with the constraint solver
-enabled, is refused with NotSupportedError when the pipeline is traced: it never silently
-runs without them. Disable them in the model with <option><flag constraint="disable"/>.
+Model options are static: m.opt.integrator, solver, cone and the disable flags pick the code
+that is traced.
 """
 
 from __future__ import annotations
@@ -26,42 +25,22 @@ import jax.numpy as jnp
 from . import (
   actuation,
   collision,
+  constraint,
   inertia,
   integrate,
   kinematics,
   passive,
   sensor,
+  solver,
   support,
   tendon,
   transmission,
   velocity,
 )
-from .errors import NotSupportedError
 
 DSBL_CONSTRAINT, DSBL_EQUALITY, DSBL_FRICTIONLOSS, DSBL_LIMIT, DSBL_CONTACT = 1, 2, 4, 8, 16
 EULER, RK4, IMPLICIT, IMPLICITFAST = 0, 1, 2, 3
 ENBL_ENERGY = 1 << 1
-
-
-def _check_constraints(m):
-  """Refuses models whose constraints would be needed (static check at trace time)."""
-  flags = m.opt.disableflags
-  if flags & DSBL_CONSTRAINT:
-    return
-  active = []
-  if m.ncandidate and not flags & DSBL_CONTACT:
-    active.append(f'{m.ncandidate} collision pairs (contacts)')
-  if m.nlimit and not flags & DSBL_LIMIT:
-    active.append(f'{m.nlimit} joint/tendon limits')
-  if m.neq and not flags & DSBL_EQUALITY:
-    active.append(f'{m.neq} equality constraints')
-  if m.nfriction and not flags & DSBL_FRICTIONLOSS:
-    active.append(f'{m.nfriction} friction-loss dofs/tendons')
-  if active:
-    raise NotSupportedError(
-        'the constraint solver is not implemented yet, and this model has '
-        + ', '.join(active) + '; disable them with <option><flag constraint="disable"/>'
-        '</option> (or the contact/limit/equality/frictionloss flags)')
 
 
 def fwd_position(m, d):
@@ -72,6 +51,7 @@ def fwd_position(m, d):
   d = inertia.crb(m, d)
   d = tendon.tendon_armature(m, d)
   d = collision.collision(m, d)
+  d = constraint.make_constraint(m, d)
   return transmission.transmission(m, d)
 
 
@@ -99,8 +79,9 @@ def fwd_acceleration(m, d):
 
 
 def fwd_constraint(m, d):
-  """Without constraint rows: qacc = qacc_smooth, qfrc_constraint = 0."""
-  return dataclasses.replace(d, qacc=d.qacc_smooth, qfrc_constraint=jnp.zeros_like(d.qacc))
+  """The constraint solve (mj_fwdConstraint): qacc, qfrc_constraint, efc_force, efc_state and
+  the solver statistics from the rows of make_constraint (see mjx_py.solver)."""
+  return solver.solve(m, d)
 
 
 def forward(m, d, *, skipsensor=False):
@@ -109,7 +90,6 @@ def forward(m, d, *, skipsensor=False):
   skipsensor (static): leave sensordata (and what only sensors compute: subtree_linvel /
   subtree_angmom, cacc / cfrc_*) untouched, as mj_forwardSkip(m, d, mjSTAGE_NONE, 1).
   """
-  _check_constraints(m)
   energy = bool(m.opt.enableflags & ENBL_ENERGY)
   d = fwd_position(m, d)
   if not skipsensor:

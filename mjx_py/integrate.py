@@ -21,7 +21,8 @@ implicitfast(m, d)   the same without the RNE derivative, qDeriv used symmetrica
 rk4(m, d, forward_fn) 4th-order Runge-Kutta (mj_RungeKutta, MuJoCo's tableau). forward_fn(m, d)
                      -> d is the forward dynamics to call at the three intermediate stages
                      (MuJoCo skips sensors there: sensordata of the input d is kept).
-  writes (all) qpos (nq,), qvel (nv,), act (na,), time ()
+  writes (all) qpos (nq,), qvel (nv,), act (na,), time (), qacc_warmstart (nv,) = the qacc of
+         the forward pass (the last RK4 stage's for RK4), as mj_advance saves it
 
 Helpers: integrate_pos(m, qpos, qvel, dt) (mj_integratePos, quaternion integration for ball
 and free joints), next_activation(m, act, act_dot) (activation step with filterexact and
@@ -113,7 +114,9 @@ def _advance(m, d, act_dot, qacc, qvel=None):
     act = actuation.step_activation(m, owner, act, act_dot)
   qvel_new = d.qvel + h * qacc
   qpos = integrate_pos(m, d.qpos, qvel_new if qvel is None else qvel, h)
-  return dataclasses.replace(d, qpos=qpos, qvel=qvel_new, act=act, time=d.time + h)
+  # the solver's warm start for the next step: Data's qacc (not the integrator's qacc)
+  return dataclasses.replace(d, qpos=qpos, qvel=qvel_new, act=act, time=d.time + h,
+                             qacc_warmstart=d.qacc)
 
 
 def euler(m, d):

@@ -369,6 +369,8 @@ def contact_forces(m, d, efc_force):
   con = d.contact
   n = m.nconmax
   dt = efc_force.dtype
+  if not efc_force.shape[0]:                                   # no rows (constraints off)
+    return jnp.zeros((n, 6), dt)
   adr = con.efc_address
   ok = (jnp.arange(n) < d.ncon) & (adr >= 0)
   dim = con.dim

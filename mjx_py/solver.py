@@ -5,10 +5,10 @@ solve(m, d) -> d
   reads  qM (nv, nv), qfrc_smooth, qacc_smooth, qacc_warmstart (nv,); the efc_* rows of
          mjx_py.constraint (efc_type, efc_J, efc_aref, efc_D, efc_R, efc_frictionloss, nefc);
          contact.efc_address, dim, mu, friction (elliptic cones)
-  writes qacc, qfrc_constraint, qacc_warmstart (= qacc, as MuJoCo saves it for the next step)
-         (nv,); contact.H (nconmax, 36): the cone Hessians of the contacts in the cone's middle
-         zone (row-major dim x dim, zero elsewhere); and, when Data declares them, efc_force,
-         efc_state (nefc_max,) and the solver statistics of ``Solution``
+  writes qacc, qfrc_constraint, qacc_warmstart (= qacc, as mj_fwdConstraint) (nv,); contact.H
+         (nconmax, 36): the cone Hessians of the contacts in the cone's middle zone (row-major
+         dim x dim, zero elsewhere); efc_force, efc_state (nefc_max,); solver_niter,
+         solver_improvement, solver_gradient ()
 solve_info(m, d) -> (d, Solution)
   the same, with efc_force, efc_state and the statistics returned alongside (``Solution``)
 
@@ -25,11 +25,11 @@ The problem (MuJoCo's primal formulation). With jar = J qacc - aref per row and 
                          0.5 D_0 / (mu^2 (1 + mu^2)) (N - mu T)^2
 and efc_force = -ds/djar (the rows' constraint forces), qfrc_constraint = J' efc_force.
 
-Iterations (opt.iterations of them, a lax.scan; a world that has converged is frozen by a
-lax.cond, which vmap turns into a select): a line search along ``search`` (MuJoCo's CGsearch:
-a Newton step on the 1-D piecewise-quadratic cost, a one-sided Newton search, then a bracketed
-search over the two brackets' Newton points and their midpoint, at most about ls_iterations
-evaluations of the 1-D cost; it runs as a bounded state machine, one evaluation per loop step),
+Iterations (opt.iterations of them, a fixed-count lax.scan; no lax.while_loop anywhere): a line
+search along ``search`` (MuJoCo's CGsearch: a Newton step on the 1-D piecewise-quadratic cost, a
+one-sided Newton search, then a bracketed search over the two brackets' Newton points and their
+midpoint, at most ls_iterations + 3 evaluations of the 1-D cost; a fixed-count scan of
+ls_iterations + 4 steps, one evaluation per step, as a state machine of masked selects),
 the move, the constraint update and the new gradient grad = M qacc - qfrc_smooth - J' force;
 Newton preconditions with the Hessian H = M + J' diag(D of the QUADRATIC rows) J + the middle-
 zone cone blocks J_c' H_c J_c (H_c from mj_constraintUpdate), factored densely each iteration
@@ -39,6 +39,24 @@ Polak-Ribiere (beta clamped at 0). Termination as MuJoCo: the line search return
 scaled improvement or gradient (scale = 1 / (meaninertia max(1, nv))) falls below
 opt.tolerance. Warm start: qacc_warmstart unless the warmstart flag is disabled or its total
 cost exceeds the constraint cost at qacc_smooth (whose Gauss cost is 0).
+
+float32. MuJoCo's defaults (tolerance 1e-8, ls_tolerance 0.01) are float64 settings: in float32
+the scaled improvement and the line's slope cannot get that small except by stagnation, so the
+line search would spend all its ls_iterations evaluations on rounding noise, and the iterations
+would stop only when the cost stops changing. In float32 the solver therefore raises tolerance
+to at least F32_TOLERANCE = 1e-5 and ls_tolerance to at least F32_LS_TOLERANCE = 0.1. Measured on
+20 humanoid states (float32 against MuJoCo's float64 qacc): the largest relative qacc error was
+1.81e-5 with the raw defaults and with the floors; the line-search evaluations per solve fell
+from 64-191 to 5-20. float64 uses the options as given.
+
+Batches. A world that has converged keeps its state (a mask), and the batch stays in lockstep.
+Both scans skip a step, by a lax.cond, when no world of the batch needs it (every world has
+converged, or finished its line search). A plain vmap of a per-world loop would turn that cond
+into a select and compute all opt.iterations iterations (and all line-search steps) for every
+world; so the per-world iteration function is a jax.custom_batching.custom_vmap whose batching
+rule runs the whole batch (nested vmaps flattened into one batch) through the batched loop, with
+the cond's predicate reduced over the batch. A batch then costs the iterations of its slowest
+world, as MuJoCo's cost is its own iterations'.
 
 Gradients (implicit differentiation at the optimum, active set frozen): the iterations run on
 stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc - qfrc_smooth
@@ -64,11 +82,14 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_batching import custom_vmap
 
 from . import linalg
 from .errors import NotSupportedError
 from .math import MINVAL
 
+# float32 floors of opt.tolerance and opt.ls_tolerance (see the module docstring)
+F32_TOLERANCE, F32_LS_TOLERANCE = 1e-5, 0.1
 # mjtConstraintState (and the sentinel of unused rows)
 UNUSED, SATISFIED, QUADRATIC, LINEARNEG, LINEARPOS, CONE = -1, 0, 1, 2, 3, 4
 # mjtSolver
@@ -354,102 +375,144 @@ def _update_bracket(pt, cands):
 _P0, _P1, _OS, _P1NEXT, _MID, _U1, _U2 = 0, 1, 2, 3, 4, 5, 6
 
 
-def _linesearch(m, p: _Problem, ln: _Line, snorm, scale):
-  """MuJoCo's CGsearch along ``search`` (|search| = snorm). Returns (alpha, slope, neval).
+class _Config(NamedTuple):
+  """The static settings of the iterations (from m.opt)."""
+  newton: bool
+  iterations: int
+  ls_iterations: int
+  warmstart: bool
 
-  A bounded loop in which every step evaluates one point; after each evaluation the control
-  flow of CGsearch runs up to the next evaluation (or the return) as masked selects.
-  """
+
+class _Params(NamedTuple):
+  """The traced settings of one world (scalars, no gradient): opt.tolerance, opt.ls_tolerance
+  and scale = 1 / (meaninertia max(1, nv))."""
+  tol: jax.Array
+  ls_tol: jax.Array
+  scale: jax.Array
+
+
+def _ls_init(ln: _Line, snorm, prm: _Params):
+  """The line search's state before its first evaluation (CGsearch's setup)."""
   dtype = ln.jar.dtype
-  ls_iter = m.opt.ls_iterations
-  gtol = m.opt.tolerance * m.opt.ls_tolerance * snorm / scale
-  slopescl = scale / jnp.where(snorm > 0, snorm, 1.0)
   zero4 = jnp.zeros((4,), dtype)
-  small = snorm < MINVAL                          # search vector too small: alpha 0
-  carry = dict(phase=jnp.int32(_P0), nxt=jnp.zeros((), dtype), p0=zero4, p1=zero4, p2=zero4,
-               p1n=zero4, p2n=zero4, pmid=zero4, done=small, alpha=jnp.zeros((), dtype),
-               slope=jnp.ones((), dtype), neval=jnp.int32(0), dir=jnp.ones((), dtype),
-               p2upd=jnp.zeros((), bool), pend2=jnp.zeros((), bool))
+  return dict(phase=jnp.int32(_P0), nxt=jnp.zeros((), dtype), p0=zero4, p1=zero4, p2=zero4,
+              p1n=zero4, p2n=zero4, pmid=zero4,
+              done=snorm < MINVAL,                  # search vector too small: alpha 0
+              alpha=jnp.zeros((), dtype), slope=jnp.ones((), dtype), neval=jnp.int32(0),
+              dir=jnp.ones((), dtype), p2upd=jnp.zeros((), bool), pend2=jnp.zeros((), bool),
+              gtol=prm.tol * prm.ls_tol * snorm / prm.scale,
+              slopescl=prm.scale / jnp.where(snorm > 0, snorm, 1.0))
 
-  def step(s):
-    e = _eval(p, ln, s['nxt'])
-    neval = s['neval'] + 1
-    ph = s['phase']
-    p0 = jnp.where(ph == _P0, e, s['p0'])
-    p1 = jnp.where(ph == _P1, jnp.where(p0[_COST] < e[_COST], p0, e),
-                   jnp.where(ph == _OS, e, s['p1']))
-    p1n = jnp.where((ph == _P1NEXT) | (ph == _U1), e, s['p1n'])
-    p2n = jnp.where(ph == _U2, e, s['p2n'])
-    pmid = jnp.where(ph == _MID, e, s['pmid'])
-    p2, p2upd = s['p2'], s['p2upd']
-    slope1 = jnp.abs(p1[_D0]) * slopescl
 
-    # after the first Newton step and each one-sided step: converged, or the one-sided check
-    newt = (ph == _P1) | (ph == _OS)
-    conv1 = newt & (jnp.abs(p1[_D0]) < gtol)
-    direc = jnp.where(ph == _P1, jnp.where(p1[_D0] < 0, 1.0, -1.0).astype(dtype), s['dir'])
-    check = newt & ~conv1
-    go = check & (p1[_D0] * direc <= -gtol) & (neval < ls_iter)
-    p2 = jnp.where(go, p1, p2)
-    p2upd = p2upd | go
-    stop = check & ~go
-    stop_done = stop & ((neval >= ls_iter) | ~p2upd)  # could not bracket / no p2 update
-    to_p1next = stop & ~stop_done
-    p2n = jnp.where(to_p1next, p1, p2n)
+def _ls_step(ls_iter: int, p: _Problem, ln: _Line, s):
+  """One evaluation of MuJoCo's CGsearch and its control flow up to the next evaluation (or
+  the return), as masked selects. ``s`` is the state of _ls_init."""
+  dtype = ln.jar.dtype
+  zero4 = jnp.zeros((4,), dtype)
+  gtol, slopescl = s['gtol'], s['slopescl']
+  e = _eval(p, ln, s['nxt'])
+  neval = s['neval'] + 1
+  ph = s['phase']
+  p0 = jnp.where(ph == _P0, e, s['p0'])
+  p1 = jnp.where(ph == _P1, jnp.where(p0[_COST] < e[_COST], p0, e),
+                 jnp.where(ph == _OS, e, s['p1']))
+  p1n = jnp.where((ph == _P1NEXT) | (ph == _U1), e, s['p1n'])
+  p2n = jnp.where(ph == _U2, e, s['p2n'])
+  pmid = jnp.where(ph == _MID, e, s['pmid'])
+  p2, p2upd = s['p2'], s['p2upd']
+  slope1 = jnp.abs(p1[_D0]) * slopescl
 
-    # after the midpoint: a converged candidate (lowest cost), else the bracket updates
-    cands = (p1n, p2n, pmid)
-    is_mid = ph == _MID
-    best, best_pt = jnp.zeros((), bool), zero4
-    for c in cands:
-      better = (jnp.abs(c[_D0]) < gtol) & (~best | (c[_COST] < best_pt[_COST]))
-      best_pt = jnp.where(better, c, best_pt)
-      best = best | better
-    mid_conv = is_mid & best
-    upd = is_mid & ~best
-    q1, b1 = _update_bracket(p1, cands)
-    q2, b2 = _update_bracket(p2, cands)
-    p1 = jnp.where(upd, q1, p1)
-    p2 = jnp.where(upd, q2, p2)
-    mid_none = upd & ~b1 & ~b2                       # no update possible: the midpoint
-    to_u1 = upd & b1
-    to_u2 = (upd & ~b1 & b2) | ((ph == _U1) & s['pend2'])
-    pend2 = jnp.where(to_u1, b2, s['pend2'])
+  # after the first Newton step and each one-sided step: converged, or the one-sided check
+  newt = (ph == _P1) | (ph == _OS)
+  conv1 = newt & (jnp.abs(p1[_D0]) < gtol)
+  direc = jnp.where(ph == _P1, jnp.where(p1[_D0] < 0, 1.0, -1.0).astype(dtype), s['dir'])
+  check = newt & ~conv1
+  go = check & (p1[_D0] * direc <= -gtol) & (neval < ls_iter)
+  p2 = jnp.where(go, p1, p2)
+  p2upd = p2upd | go
+  stop = check & ~go
+  stop_done = stop & ((neval >= ls_iter) | ~p2upd)    # could not bracket / no p2 update
+  to_p1next = stop & ~stop_done
+  p2n = jnp.where(to_p1next, p1, p2n)
 
-    # the bracketed loop's head: another midpoint, or the best bracket
-    to_br = (ph == _P1NEXT) | ((ph == _U1) & ~s['pend2']) | (ph == _U2)
-    br_go = to_br & (neval < ls_iter)
-    final = to_br & ~br_go
-    fin1 = (p1[_COST] <= p2[_COST]) & (p1[_COST] < p0[_COST])
-    fin2 = ~fin1 & (p2[_COST] <= p1[_COST]) & (p2[_COST] < p0[_COST])
-    fin_alpha = jnp.where(fin1, p1[_ALPHA], jnp.where(fin2, p2[_ALPHA], 0.0))
-    fin_slope = jnp.where(fin1, jnp.abs(p1[_D0]), jnp.where(fin2, jnp.abs(p2[_D0]), 0.0))
-    fin_slope = jnp.where(fin1 | fin2, fin_slope * slopescl, s['slope'])
+  # after the midpoint: a converged candidate (lowest cost), else the bracket updates
+  cands = (p1n, p2n, pmid)
+  is_mid = ph == _MID
+  best, best_pt = jnp.zeros((), bool), zero4
+  for c in cands:
+    better = (jnp.abs(c[_D0]) < gtol) & (~best | (c[_COST] < best_pt[_COST]))
+    best_pt = jnp.where(better, c, best_pt)
+    best = best | better
+  mid_conv = is_mid & best
+  upd = is_mid & ~best
+  q1, b1 = _update_bracket(p1, cands)
+  q2, b2 = _update_bracket(p2, cands)
+  p1 = jnp.where(upd, q1, p1)
+  p2 = jnp.where(upd, q2, p2)
+  mid_none = upd & ~b1 & ~b2                         # no update possible: the midpoint
+  to_u1 = upd & b1
+  to_u2 = (upd & ~b1 & b2) | ((ph == _U1) & s['pend2'])
+  pend2 = jnp.where(to_u1, b2, s['pend2'])
 
-    ends = [(conv1 | stop_done, p1[_ALPHA], slope1),
-            (mid_conv, best_pt[_ALPHA], jnp.abs(best_pt[_D0]) * slopescl),
-            (mid_none, pmid[_ALPHA], jnp.abs(pmid[_D0]) * slopescl),
-            (final, fin_alpha, fin_slope)]
-    done = s['done']
-    alpha, slope = s['alpha'], s['slope']
-    for flag, a, sl in ends:
-      alpha = jnp.where(flag, a, alpha)
-      slope = jnp.where(flag, sl, slope)
-      done = done | flag
-    first = ph == _P0
-    nxt = jnp.select([first, go | to_p1next, to_u1, to_u2, br_go],
-                     [_newton_alpha(p0), _newton_alpha(p1), _newton_alpha(p1), _newton_alpha(p2),
-                      0.5 * (p1[_ALPHA] + p2[_ALPHA])], s['nxt'])
-    phase = jnp.select([first, go, to_p1next, to_u1, to_u2, br_go],
-                       [_P1, _OS, _P1NEXT, _U1, _U2, _MID], ph).astype(jnp.int32)
-    return dict(phase=phase, nxt=nxt, p0=p0, p1=p1, p2=p2, p1n=p1n, p2n=p2n, pmid=pmid, done=done,
-                alpha=alpha, slope=slope, neval=neval, dir=direc, p2upd=p2upd, pend2=pend2)
+  # the bracketed loop's head: another midpoint, or the best bracket
+  to_br = (ph == _P1NEXT) | ((ph == _U1) & ~s['pend2']) | (ph == _U2)
+  br_go = to_br & (neval < ls_iter)
+  final = to_br & ~br_go
+  fin1 = (p1[_COST] <= p2[_COST]) & (p1[_COST] < p0[_COST])
+  fin2 = ~fin1 & (p2[_COST] <= p1[_COST]) & (p2[_COST] < p0[_COST])
+  fin_alpha = jnp.where(fin1, p1[_ALPHA], jnp.where(fin2, p2[_ALPHA], 0.0))
+  fin_slope = jnp.where(fin1, jnp.abs(p1[_D0]), jnp.where(fin2, jnp.abs(p2[_D0]), 0.0))
+  fin_slope = jnp.where(fin1 | fin2, fin_slope * slopescl, s['slope'])
 
-  # every path returns within ls_iterations + 3 evaluations; the bound only guards the loop
-  limit = ls_iter + 4
-  out = lax.while_loop(lambda s: ~s['done'] & (s['neval'] < limit), step, carry)
-  alpha = jnp.where(out['done'], out['alpha'], out['p1'][_ALPHA])
-  return alpha, out['slope'], out['neval']
+  ends = [(conv1 | stop_done, p1[_ALPHA], slope1),
+          (mid_conv, best_pt[_ALPHA], jnp.abs(best_pt[_D0]) * slopescl),
+          (mid_none, pmid[_ALPHA], jnp.abs(pmid[_D0]) * slopescl),
+          (final, fin_alpha, fin_slope)]
+  done = s['done']
+  alpha, slope = s['alpha'], s['slope']
+  for flag, a, sl in ends:
+    alpha = jnp.where(flag, a, alpha)
+    slope = jnp.where(flag, sl, slope)
+    done = done | flag
+  first = ph == _P0
+  nxt = jnp.select([first, go | to_p1next, to_u1, to_u2, br_go],
+                   [_newton_alpha(p0), _newton_alpha(p1), _newton_alpha(p1), _newton_alpha(p2),
+                    0.5 * (p1[_ALPHA] + p2[_ALPHA])], s['nxt'])
+  phase = jnp.select([first, go, to_p1next, to_u1, to_u2, br_go],
+                     [_P1, _OS, _P1NEXT, _U1, _U2, _MID], ph).astype(jnp.int32)
+  return dict(s, phase=phase, nxt=nxt, p0=p0, p1=p1, p2=p2, p1n=p1n, p2n=p2n, pmid=pmid,
+              done=done, alpha=alpha, slope=slope, neval=neval, dir=direc, p2upd=p2upd,
+              pend2=pend2)
+
+
+def _ls_result(s):
+  """(alpha, slope, neval) of a finished line search (the last Newton point if it ran out)."""
+  alpha = jnp.where(s['done'], s['alpha'], s['p1'][_ALPHA])
+  return alpha, s['slope'], s['neval']
+
+
+def _select(flag, new, old):
+  """Per world (flag (B,)): new where flag, else old, leaf by leaf (leading axis B)."""
+  def one(a, b):
+    return jnp.where(flag.reshape(flag.shape + (1,) * (a.ndim - 1)), a, b)
+  return jax.tree_util.tree_map(one, new, old)
+
+
+def _linesearch_batch(cfg: _Config, P: _Problem, LN: _Line, S):
+  """CGsearch for a batch of worlds (leading axis B): a fixed-count lax.scan of ls_iterations
+  + 4 steps (every path of CGsearch returns within ls_iterations + 3 evaluations), one
+  evaluation per step in the worlds still searching; a step in which no world searches is
+  skipped by a lax.cond on the whole batch."""
+  limit = cfg.ls_iterations + 4
+  step = jax.vmap(lambda p, ln, s: _ls_step(cfg.ls_iterations, p, ln, s))
+
+  def body(S, _):
+    active = ~S['done'] & (S['neval'] < limit)
+    return lax.cond(jnp.any(active), lambda S: _select(active, step(P, LN, S), S),
+                    lambda S: S, S), None
+
+  S, _ = lax.scan(body, S, None, length=limit)
+  return jax.vmap(_ls_result)(S)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -470,10 +533,10 @@ class _Carry(NamedTuple):
   niter: jax.Array
 
 
-def _warmstart(m, p: _Problem, warm, empty):
+def _warmstart(cfg: _Config, p: _Problem, warm, empty):
   """qacc to start from: qacc_warmstart unless its cost exceeds qacc_smooth's (MuJoCo's
   warmstart; disabled: qacc_smooth); qacc_smooth when there are no rows."""
-  if m.opt.disableflags & DSBL_WARMSTART:
+  if not cfg.warmstart:
     return p.qacc_smooth
   # the constraint costs at both points in one (vmapped) update
   jar = jnp.stack([warm, p.qacc_smooth]) @ p.J.T - p.aref
@@ -482,78 +545,143 @@ def _warmstart(m, p: _Problem, warm, empty):
   return jnp.where((cost_warm > cost_smooth) | empty, p.qacc_smooth, warm)
 
 
-def _iterate(m, p: _Problem, warm, empty):
-  """The primal solver's iterations on stop_gradient inputs: (final carry, stats).
-
-  The scan has opt.iterations + 1 steps, each a line search and move followed by the
-  constraint update, gradient and preconditioning at the new point; step 0 starts from a zero
-  search direction (so its line search returns at once) and only assesses the start point, so
-  that the program holds a single copy of the update and the factorization.
-  """
-  newton = m.opt.solver == NEWTON
+def _init(cfg: _Config, p: _Problem, warm, empty):
+  """The carry of one world before step 0 (which assesses the start point)."""
   n, nv = p.J.shape
-  dtype = p.M.dtype
-  tol = m.opt.tolerance
-  scale = 1 / (m.stat.meaninertia * max(1, nv))
-  Minv = None if newton else linalg.inverse(p.M)
-  used = p.kind != _NONE
   nc, nr = p.cone_row.shape
-
-  qacc = _warmstart(m, p, warm, empty)
+  dtype = p.M.dtype
+  qacc = _warmstart(cfg, p, warm, empty)
   zv = jnp.zeros((nv,), dtype)
   blank = _Update(jnp.zeros((n,), dtype), jnp.full((n,), UNUSED, jnp.int32),
                   jnp.zeros((), dtype), jnp.zeros((nc, nr, nr), dtype))
-  carry = _Carry(qacc, p.M @ qacc, p.J @ qacc - p.aref, blank, jnp.zeros((), dtype),
-                 jnp.zeros((), dtype), zv, zv, zv, jnp.zeros((nv, nv), dtype), empty,
-                 jnp.zeros((), jnp.int32))
-  zero = jnp.zeros((), dtype)
-  izero = jnp.zeros((), jnp.int32)
+  Hinv = jnp.zeros((nv, nv), dtype) if cfg.newton else linalg.inverse(p.M)
+  return _Carry(qacc, p.M @ qacc, p.J @ qacc - p.aref, blank, jnp.zeros((), dtype),
+                jnp.zeros((), dtype), zv, zv, zv, Hinv, empty, jnp.zeros((), jnp.int32))
 
-  def iteration(c: _Carry, first):
-    search = c.search
-    snorm = jnp.sqrt(search @ search)
-    Mv = p.M @ search
-    Jv = p.J @ search
-    ln = _prepare(p, c.jar, Jv, c.Ma, Mv, search, c.gauss)
-    alpha, slope, neval = _linesearch(m, p, ln, snorm, scale)
-    moved = (alpha != 0) | first
-    qacc = c.qacc + alpha * search
-    Ma = c.Ma + alpha * Mv
-    jar = c.jar + alpha * Jv
-    up = _update(p, jar, hessian=newton)
-    gauss = 0.5 * (Ma - p.qfrc_smooth) @ (qacc - p.qacc_smooth)
-    cost = up.cost + gauss
-    grad = Ma - p.qfrc_smooth - p.J.T @ up.force
-    Hinv = linalg.inverse(_hessian(p, up)) if newton else Minv
-    Mgrad = Hinv @ grad
-    improvement = scale * (c.cost - cost)
-    gradient = scale * jnp.sqrt(grad @ grad)
-    converged = (improvement < tol) | (gradient < tol)
-    if newton:
-      new_search = -Mgrad
-    else:
-      # Polak-Ribiere, reset when negative (the first direction: -Mgrad)
-      beta = grad @ (Mgrad - c.Mgrad) / jnp.maximum(MINVAL, c.grad @ c.Mgrad)
-      new_search = -Mgrad + jnp.where(first, 0.0, jnp.maximum(beta, 0.0)) * search
-    new = _Carry(qacc, Ma, jar, up, cost, gauss, grad, Mgrad, new_search, Hinv,
-                 converged, c.niter + jnp.where(first, 0, 1).astype(jnp.int32))
-    out = jax.tree_util.tree_map(lambda a, b: jnp.where(moved, a, b), new, c)
-    out = out._replace(done=jnp.where(first, c.done, ~moved | converged))
-    nactive = jnp.sum((up.state != SATISFIED) & used, dtype=jnp.int32)
-    nchange = jnp.sum(up.state != c.up.state, dtype=jnp.int32)
-    keep = moved & ~first
-    stats = (jnp.where(keep, improvement, zero), jnp.where(keep, gradient, zero),
-             jnp.where(keep, slope, zero), jnp.where(keep, nactive, izero),
-             jnp.where(keep, nchange, izero), jnp.where(keep, neval, izero))
-    return out, stats
 
-  def body(c, k):
-    skip = (zero, zero, zero, izero, izero, izero)
+def _prepare_search(p: _Problem, c: _Carry):
+  """The search direction's products and 1-D polynomials: (snorm, Mv, Jv, line)."""
+  search = c.search
+  Mv = p.M @ search
+  Jv = p.J @ search
+  return jnp.sqrt(search @ search), Mv, Jv, _prepare(p, c.jar, Jv, c.Ma, Mv, search, c.gauss)
+
+
+def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slope, neval, Mv,
+          Jv):
+  """The move by alpha along the search direction, the constraint update, gradient,
+  preconditioning and the next direction (one world): (carry, stats)."""
+  dtype = p.M.dtype
+  moved = (alpha != 0) | first
+  qacc = c.qacc + alpha * c.search
+  Ma = c.Ma + alpha * Mv
+  jar = c.jar + alpha * Jv
+  up = _update(p, jar, hessian=cfg.newton)
+  gauss = 0.5 * (Ma - p.qfrc_smooth) @ (qacc - p.qacc_smooth)
+  cost = up.cost + gauss
+  grad = Ma - p.qfrc_smooth - p.J.T @ up.force
+  Hinv = linalg.inverse(_hessian(p, up)) if cfg.newton else c.Hinv
+  Mgrad = Hinv @ grad
+  improvement = prm.scale * (c.cost - cost)
+  gradient = prm.scale * jnp.sqrt(grad @ grad)
+  converged = (improvement < prm.tol) | (gradient < prm.tol)
+  if cfg.newton:
+    new_search = -Mgrad
+  else:
+    # Polak-Ribiere, reset when negative (the first direction: -Mgrad)
+    beta = grad @ (Mgrad - c.Mgrad) / jnp.maximum(MINVAL, c.grad @ c.Mgrad)
+    new_search = -Mgrad + jnp.where(first, 0.0, jnp.maximum(beta, 0.0)) * c.search
+  new = _Carry(qacc, Ma, jar, up, cost, gauss, grad, Mgrad, new_search, Hinv,
+               converged, c.niter + jnp.where(first, 0, 1).astype(jnp.int32))
+  out = jax.tree_util.tree_map(lambda a, b: jnp.where(moved, a, b), new, c)
+  out = out._replace(done=jnp.where(first, c.done, ~moved | converged))
+  nactive = jnp.sum((up.state != SATISFIED) & (p.kind != _NONE), dtype=jnp.int32)
+  nchange = jnp.sum(up.state != c.up.state, dtype=jnp.int32)
+  keep = moved & ~first
+  zero, izero = jnp.zeros((), dtype), jnp.zeros((), jnp.int32)
+  stats = (jnp.where(keep, improvement, zero), jnp.where(keep, gradient, zero),
+           jnp.where(keep, slope, zero), jnp.where(keep, nactive, izero),
+           jnp.where(keep, nchange, izero), jnp.where(keep, neval, izero))
+  return out, stats
+
+
+def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
+  """The primal solver's iterations for a batch of worlds (every input has a leading axis B;
+  stop_gradient inputs): (final carry, stats), the stats with shape (B, iterations).
+
+  A lax.scan of opt.iterations + 1 steps, each a line search and move followed by the
+  constraint update, gradient and preconditioning at the new point; step 0 starts from a zero
+  search direction (so its line search returns at once) and only assesses the start point, so
+  that the program holds a single copy of the update and the factorization. A world that has
+  converged keeps its carry (a mask); a step in which every world of the batch has converged
+  is skipped by a lax.cond on the whole batch, so a batch costs the iterations of its slowest
+  world, and all worlds stay in lockstep.
+  """
+  C = jax.vmap(lambda p, w, e: _init(cfg, p, w, e))(P, warm, empty)
+  prep = jax.vmap(_prepare_search)
+  move = jax.vmap(lambda p, prm, c, first, a, sl, ne, mv, jv:
+                  _move(cfg, p, prm, c, first, a, sl, ne, mv, jv),
+                  in_axes=(0, 0, 0, None, 0, 0, 0, 0, 0))
+  B = empty.shape[0]
+  dtype = P.M.dtype
+  zeros = (jnp.zeros((B,), dtype),) * 3 + (jnp.zeros((B,), jnp.int32),) * 3
+
+  def iteration(C, first):
+    frozen = C.done & ~first
+    snorm, Mv, Jv, LN = prep(P, C)
+    S = jax.vmap(_ls_init)(LN, snorm, prm)
+    S['done'] = S['done'] | frozen
+    alpha, slope, neval = _linesearch_batch(cfg, P, LN, S)
+    new, stats = move(P, prm, C, first, alpha, slope, neval, Mv, Jv)
+    return _select(frozen, C, new), _select(frozen, zeros, stats)
+
+  def body(C, k):
     first = k == 0
-    return lax.cond(c.done & ~first, lambda c: (c, skip), lambda c: iteration(c, first), c)
+    return lax.cond(jnp.all(C.done) & ~first, lambda C: (C, zeros),
+                    lambda C: iteration(C, first), C)
 
-  carry, stats = lax.scan(body, carry, jnp.arange(m.opt.iterations + 1))
-  return carry, tuple(x[1:] for x in stats)
+  C, stats = lax.scan(body, C, jnp.arange(cfg.iterations + 1))
+  return C, tuple(jnp.moveaxis(x[1:], 0, 1) for x in stats)
+
+
+def _iterate_fn(cfg: _Config):
+  """The iterations of one world, _iterate_batch underneath: a function (p, warm, empty, prm)
+  -> (carry, stats) whose vmap runs the batch as one _iterate_batch (custom_vmap), nested
+  vmaps as one flat batch, so that the whole batch skips the iterations after its slowest
+  world has converged (a plain vmap of the per-world loop would turn the skip into a select
+  and run every iteration)."""
+
+  def broadcast(axis_size, args, in_batched):
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    flags = jax.tree_util.tree_leaves(in_batched)
+    leaves = [x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+              for x, b in zip(leaves, flags)]
+    return jax.tree_util.tree_unflatten(tree, leaves)
+
+  @custom_vmap
+  def many(*args):
+    return _iterate_batch(cfg, *args)
+
+  @many.def_vmap
+  def _many_rule(axis_size, in_batched, *args):
+    # (axis_size, B, ...): one flat batch of axis_size * B worlds
+    args = broadcast(axis_size, args, in_batched)
+    flat = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), args)
+    out = many(*flat)
+    out = jax.tree_util.tree_map(lambda x: x.reshape((axis_size, -1) + x.shape[1:]), out)
+    return out, jax.tree_util.tree_map(lambda _: True, out)
+
+  @custom_vmap
+  def one(*args):
+    out = many(*jax.tree_util.tree_map(lambda x: x[None], args))
+    return jax.tree_util.tree_map(lambda x: x[0], out)
+
+  @one.def_vmap
+  def _one_rule(axis_size, in_batched, *args):
+    out = many(*broadcast(axis_size, args, in_batched))
+    return out, jax.tree_util.tree_map(lambda _: True, out)
+
+  return one
 
 
 # ---------------------------------------------------------------------------------------------
@@ -588,14 +716,19 @@ def _no_rows(m, d):
                  jnp.zeros((it,), jnp.int32), jnp.zeros((it,), jnp.int32))
   d = dataclasses.replace(d, qacc=d.qacc_smooth, qacc_warmstart=d.qacc_smooth,
                           qfrc_constraint=jnp.zeros((nv,), dtype))
-  return d, sol
+  return _write_data(d, sol), sol
 
 
-def _write_optional(d, sol: Solution):
-  """Writes the Solution's fields that Data declares (none of them yet, see the report)."""
-  names = {f.name for f in dataclasses.fields(d)}
-  extra = {k: v for k, v in sol._asdict().items() if k in names}
-  return dataclasses.replace(d, **extra) if extra else d
+def _write_data(d, sol: Solution):
+  """Writes the Solution into Data: efc_force, efc_state, solver_niter, and the last
+  iteration's solver_improvement / solver_gradient (0 when none ran)."""
+  last = jnp.maximum(sol.solver_niter - 1, 0)
+  ran = sol.solver_niter > 0
+  pick = lambda x: jnp.where(ran, x[last], 0.0).astype(d.solver_improvement.dtype)  # noqa: E731
+  return dataclasses.replace(
+      d, efc_force=sol.efc_force.astype(d.efc_force.dtype), efc_state=sol.efc_state,
+      solver_niter=sol.solver_niter, solver_improvement=pick(sol.solver_improvement),
+      solver_gradient=pick(sol.solver_gradient))
 
 
 def solve_info(m, d):
@@ -607,7 +740,16 @@ def solve_info(m, d):
   p = _problem(m, d)
   empty = d.nefc == 0
   ps = jax.tree_util.tree_map(lax.stop_gradient, p)
-  carry, stats = _iterate(m, ps, lax.stop_gradient(d.qacc_warmstart), empty)
+  cfg = _Config(m.opt.solver == NEWTON, int(m.opt.iterations), int(m.opt.ls_iterations),
+                not m.opt.disableflags & DSBL_WARMSTART)
+  dtype = d.qacc_smooth.dtype
+  prm = _Params(*(lax.stop_gradient(jnp.asarray(x, dtype)) for x in (
+      m.opt.tolerance, m.opt.ls_tolerance, 1 / (m.stat.meaninertia * max(1, m.nv)))))
+  if dtype == jnp.float32:
+    # float32 cannot resolve MuJoCo's float64 defaults (see the module docstring)
+    prm = prm._replace(tol=jnp.maximum(prm.tol, F32_TOLERANCE),
+                       ls_tol=jnp.maximum(prm.ls_tol, F32_LS_TOLERANCE))
+  carry, stats = _iterate_fn(cfg)(ps, lax.stop_gradient(d.qacc_warmstart), empty, prm)
 
   # implicit differentiation at the optimum (values unchanged, see the module docstring)
   state = carry.up.state
@@ -634,9 +776,10 @@ def solve_info(m, d):
 
   improvement, gradient, slope, nactive, nchange, neval = stats
   sol = Solution(force, state, carry.niter, improvement, gradient, slope, nactive, nchange, neval)
-  d = dataclasses.replace(d, qacc=qacc, qacc_warmstart=qacc, qfrc_constraint=qfrc_constraint,
-                          contact=contact)
-  return _write_optional(d, sol), sol
+  # MuJoCo's mj_fwdConstraint saves the solution as the next warm start
+  d = dataclasses.replace(d, qacc=qacc, qacc_warmstart=lax.stop_gradient(qacc),
+                          qfrc_constraint=qfrc_constraint, contact=contact)
+  return _write_data(d, sol), sol
 
 
 def solve(m, d):

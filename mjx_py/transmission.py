@@ -3,6 +3,7 @@
 transmission(m, d)  (after tendon.tendon)
   reads  qpos (nq,), site_xpos (nsite,3), site_xmat (nsite,9), xquat (nbody,4),
          cdof (nv,6), subtree_com (nbody,3), ten_length (ntendon,), ten_J (ntendon,nv)
+         contact, ncon, efc_J (nefc_max, nv) (body transmissions)
   writes actuator_length (nu,), actuator_moment (nu,nv) dense (MuJoCo 3.3.3 stores it sparse)
 
 Every actuator is evaluated by every transmission formula (vmap over actuators) and the one of
@@ -19,9 +20,12 @@ its ``actuator_trntype`` is kept; ``gear`` (6,) scales or orients each:
   site                   no refsite: gear is a wrench in the site frame, length 0. With refsite:
                          length = gear . (position, expmap rotation) of the site relative to the
                          refsite, in the refsite's frame; dofs moving both sites are left out.
-  body (adhesion)        MuJoCo averages the normal Jacobians of the body's contacts; with no
-                         contacts (the collision stage lands with the collision issue) the
-                         length and moment are 0, which is what MuJoCo gives without contacts.
+  body (adhesion)        length 0; moment = -(the average over the body's contacts of their
+                         normal Jacobians): a contact with efc rows contributes J' w, w = 1 on
+                         its normal row (condim 1, elliptic cones) or 0.5 / (dim - 1) on each
+                         of its pyramid rows; a contact inside its gap (exclude 1) the contact
+                         normal times the Jacobian difference at the contact point; 0 without
+                         contacts. Reads contact, ncon, efc_J (after make_constraint).
 """
 
 from __future__ import annotations
@@ -137,7 +141,47 @@ def _site(m, d, site, ref, gear):
           jnp.where(has_ref, moment_ref, moment_free))
 
 
-def _actuator(m, d, kind, trnid, gear, crank):
+def _contact_normals(m, d):
+  """Per contact slot: (body1, body2, counted (nconmax,) bool, normal Jacobian (nconmax, nv)),
+  the terms of the adhesion (body) transmission, see the module docstring."""
+  con = d.contact
+  n = m.nconmax
+  ok = (jnp.arange(n) < d.ncon) & (con.geom1 >= 0) & (con.geom2 >= 0)
+  b1 = jnp.where(ok, m.geom_bodyid[jnp.maximum(con.geom1, 0)], -1)
+  b2 = jnp.where(ok, m.geom_bodyid[jnp.maximum(con.geom2, 0)], -1)
+  active = ok & (con.exclude == 0) & (con.efc_address >= 0)
+  gap = ok & (con.exclude == 1)
+  jn = jnp.zeros((n, m.nv), d.qpos.dtype)
+  if m.nefc_max:
+    # rows of a contact: normal (condim 1 / elliptic) or the 2 (dim - 1) pyramid directions
+    k = jnp.arange(max(int(m.efc_rows[3]), 1) if m.opt.cone == 0 else 1)
+    npyr = jnp.where(con.dim == 1, 1, 2 * (con.dim - 1))
+    w = jnp.where(con.dim[:, None] == 1, (k == 0) * 1.0,
+                  jnp.where(k[None, :] < npyr[:, None], 1.0 / jnp.maximum(npyr, 1)[:, None], 0.0))
+    if m.opt.cone == 1:
+      w = jnp.ones((n, 1))
+    rows = d.efc_J[jnp.clip(con.efc_address[:, None] + k[None, :], 0, m.nefc_max - 1)]
+    jn = jnp.where(active[:, None], jnp.einsum('ck,ckv->cv', w.astype(rows.dtype), rows), jn)
+  # contacts in their gap: normal . (Jacobian of body2 - Jacobian of body1) at the point
+  jp = jax.vmap(lambda p, b: support.jac(m, d, p, b)[0])(
+      jnp.concatenate([con.pos, con.pos]), jnp.concatenate([jnp.maximum(b2, 0),
+                                                            jnp.maximum(b1, 0)]))
+  jdif = jp[:n] - jp[n:]
+  jn = jnp.where(gap[:, None], jnp.einsum('ci,civ->cv', con.frame[:, :3], jdif), jn)
+  return b1, b2, active | gap, jn
+
+
+def _body(normals, body):
+  """Adhesion moment (nv,) of the actuator on ``body``: minus the average contact normal
+  Jacobian of the body's counted contacts (0 without contacts)."""
+  b1, b2, counted, jn = normals
+  mine = counted & ((b1 == body) | (b2 == body))
+  count = jnp.sum(mine)
+  total = jnp.sum(jnp.where(mine[:, None], jn, 0.0), axis=0)
+  return jnp.where(count > 0, -total / jnp.maximum(count, 1), 0.0)
+
+
+def _actuator(m, d, kind, trnid, gear, crank, normals=None):
   """Length and moment (nv,) of one actuator: the formulas of the transmission types the model
   has (static ``m.trn_types``), the one of ``kind`` kept."""
   types = m.trn_types
@@ -155,7 +199,10 @@ def _actuator(m, d, kind, trnid, gear, crank):
   if m.nsite and TRN_SITE in types:
     conds.append(kind == TRN_SITE)
     outs.append(_site(m, d, trnid[0], trnid[1], gear))
-  if not outs:   # only body (adhesion) transmissions: 0 without contacts, see above
+  if normals is not None:
+    conds.append(kind == TRN_BODY)
+    outs.append((jnp.zeros((), d.qpos.dtype), _body(normals, trnid[0])))
+  if not outs:
     return jnp.zeros((), d.qpos.dtype), jnp.zeros(m.nv, d.qpos.dtype)
   length = jnp.select(conds, [o[0] for o in outs], 0.0)
   moment = jnp.select(conds, [o[1] for o in outs], 0.0)
@@ -166,6 +213,9 @@ def transmission(m, d):
   """Actuator lengths and dense moment arms (MuJoCo's mj_transmission)."""
   if not m.nu:
     return d
-  length, moment = jax.vmap(lambda *a: _actuator(m, d, *a))(
+  normals = None
+  if TRN_BODY in m.trn_types and m.nconmax and m.nv:
+    normals = _contact_normals(m, d)
+  length, moment = jax.vmap(lambda *a: _actuator(m, d, *a, normals=normals))(
       m.actuator_trntype, m.actuator_trnid, m.actuator_gear, m.actuator_cranklength)
   return dataclasses.replace(d, actuator_length=length, actuator_moment=moment)

@@ -155,6 +155,14 @@ def dense_ten_J(mj, md):
   return np.array(md.ten_J).reshape(mj.ntendon, mj.nv)
 
 
+def dense_efc_J(mj, md):
+  """MuJoCo's constraint Jacobian (nefc, nv), dense (from its sparse form in sparse mode)."""
+  n = md.nefc
+  if mujoco.mj_isSparse(mj):
+    return sparse_rows(mj, md.efc_J, md.efc_J_rownnz, md.efc_J_rowadr, md.efc_J_colind, n)
+  return np.asarray(md.efc_J[:n * mj.nv]).reshape(n, mj.nv)
+
+
 def dense_qM(mj, md):
   """The joint-space inertia qM as a dense (nv, nv) array."""
   full = np.zeros((mj.nv, mj.nv))

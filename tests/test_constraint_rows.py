@@ -28,7 +28,7 @@ import mujoco
 import numpy as np
 import oracle
 import pytest
-from oracle import ROOT, dense_ten_J, random_state, read, sparse_rows, with_option
+from oracle import ROOT, dense_efc_J, dense_ten_J, random_state, read, with_option
 
 import mjx_py
 from mjx_py import constraint
@@ -166,11 +166,7 @@ def _states(m, mj, n, qpos_scale, seed, contacts=True):
 def _theirs(mj, md):
   """MuJoCo's rows as dense arrays, by our field names."""
   n = md.nefc
-  if mujoco.mj_isSparse(mj):
-    jac = sparse_rows(mj, md.efc_J, md.efc_J_rownnz, md.efc_J_rowadr, md.efc_J_colind, n)
-  else:
-    jac = np.asarray(md.efc_J).reshape(n, mj.nv)
-  out = {'efc_J': jac, 'efc_KBIP': np.asarray(md.efc_KBIP).reshape(n, 4)}
+  out = {'efc_J': dense_efc_J(mj, md), 'efc_KBIP': np.asarray(md.efc_KBIP).reshape(n, 4)}
   for name in FIELDS[1:]:
     if name != 'efc_KBIP':
       out[name] = np.asarray(getattr(md, name))

@@ -1,4 +1,6 @@
-"""forward() and step() against mj_forward / mj_step with constraints disabled.
+"""forward() and step() against mj_forward / mj_step with constraints disabled (the smooth
+dynamics; tests/test_forward_constraints.py and tests/test_rollout_contacts.py run them with
+constraints).
 
 Per-stage fields after forward() from random states on every bundled model, then 1000-step
 rollouts with random controls for each integrator. float64 throughout.
@@ -90,10 +92,3 @@ def test_rollout_matches_mj_step(name, integrator):
       return d, d.qpos
     _, qpos = jax.jit(lambda d, c: jax.lax.scan(body, d, c))(mjx_py.make_data(m), ctrls)
   np.testing.assert_allclose(np.asarray(qpos), qpos_ref, atol=1e-6, rtol=1e-6)
-
-
-def test_models_with_constraints_are_refused():
-  with jax.enable_x64(True):
-    m = mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'humanoid.xml'))
-    with pytest.raises(mjx_py.NotSupportedError, match='constraint'):
-      forward(m, mjx_py.make_data(m))

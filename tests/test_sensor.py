@@ -321,13 +321,33 @@ def test_constraint_force_sensors_with_mujoco_forces(cone):
       assert md.sensordata[_blocks(mj, ['lim_tendon_frc'])][0] > 0
 
 
-def test_constraint_force_sensors_refused_without_solver():
-  m = mjx_py.from_xml_path(os.path.join(MODELS, 'sensor_contacts.xml'))
-  d = mjx_py.make_data(m)
-  with pytest.raises(mjx_py.NotSupportedError, match='constraint'):
-    sensor.sensor_acc(m, d)
-  with pytest.raises(mjx_py.NotSupportedError, match='constraint'):
-    forward_fn(m, d)
+@pytest.mark.parametrize('cone', ['pyramidal', 'elliptic'])
+def test_constraint_force_sensors_with_our_solver(cone):
+  """The same sensors through our whole forward pass (collision, rows and our constraint
+  solver), from states along a MuJoCo rollout in which a box rests and a slider slides on the
+  floor (resting and sliding contacts, limits reached)."""
+  m, mj = oracle.both(_xml('sensor_contacts.xml', f'<option cone="{cone}"/>'))
+  md = mujoco.MjData(mj)
+  run = _jit(forward_fn)
+  rng = np.random.default_rng(4)
+  md.qvel[mj.jnt_dofadr[mj.joint(1).id]] = 1.0                # the slider slides along x
+  checked = 0
+  for k in range(60):
+    md.ctrl[:] = rng.uniform(-2, 2, mj.nu)
+    if k % 20 == 19:
+      ref = mujoco.MjData(mj)
+      ref.qpos[:], ref.qvel[:], ref.ctrl[:] = md.qpos, md.qvel, md.ctrl
+      ref.qacc_warmstart[:] = md.qacc_warmstart
+      mujoco.mj_forward(mj, ref)
+      d = run(m, oracle.make_data(m, qpos=ref.qpos.copy(), qvel=ref.qvel.copy(),
+                                  ctrl=ref.ctrl.copy(),
+                                  qacc_warmstart=md.qacc_warmstart.copy()))
+      _compare(mj, np.asarray(d.sensordata)[None], ref.sensordata[None], f'{cone} {k}')
+      touch = ref.sensordata[_blocks(mj, ['touch_box'])]
+      assert ref.ncon >= 4 and np.all(touch > 0)
+      checked += 1
+    mujoco.mj_step(mj, md)
+  assert checked == 3
 
 
 # ---------------------------------------------------------------------------------------------
