@@ -31,21 +31,23 @@ def contact_force(m: Model, d: Data):
 
 
 def from_xml_string(xml: str, assets: dict | None = None, nconmax: int | None = None,
-                    broadphase: str = 'auto', npairmax: int | None = None) -> Model:
+                    broadphase: str = 'auto', npairmax: int | None = None,
+                    njmax: int | None = None) -> Model:
   """Compiles MJCF text into a Model. ``assets`` maps file names to contents (for includes);
   ``nconmax`` overrides the contact buffer's capacity, ``broadphase`` ('auto', 'table' or
-  'sap') chooses the collision broadphase and ``npairmax`` caps the pairs of one geom type
-  pair whose narrowphase runs (see ``put_model``)."""
+  'sap') chooses the collision broadphase, ``npairmax`` caps the pairs of one geom type
+  pair whose narrowphase runs and ``njmax`` the constraint rows (see ``put_model``)."""
   return put_model(mjcf.compile_string(xml, assets), nconmax=nconmax, broadphase=broadphase,
-                   npairmax=npairmax)
+                   npairmax=npairmax, njmax=njmax)
 
 
 def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None,
-                  broadphase: str = 'auto', npairmax: int | None = None) -> Model:
-  """Compiles an MJCF file into a Model (``nconmax``, ``broadphase``, ``npairmax``: see
-  ``from_xml_string``)."""
+                  broadphase: str = 'auto', npairmax: int | None = None,
+                  njmax: int | None = None) -> Model:
+  """Compiles an MJCF file into a Model (``nconmax``, ``broadphase``, ``npairmax``,
+  ``njmax``: see ``from_xml_string``)."""
   return put_model(mjcf.compile_file(path, assets), nconmax=nconmax, broadphase=broadphase,
-                   npairmax=npairmax)
+                   npairmax=npairmax, njmax=njmax)
 
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',

@@ -11,6 +11,9 @@ make_constraint(m, d)
 reference_constraint(m, d)
   reads  efc_J, efc_KBIP, efc_pos, efc_margin, qvel
   writes efc_vel = J qvel, efc_aref = -B vel - K imp (pos - margin)   (nefc_max,)
+project_constraint(m, d)  (called by make_constraint; models with a dual solver only)
+  reads  efc_J, efc_R, qM
+  writes efc_AR = J M^-1 J' + diag(R) (nefc_max, nefc_max) (mj_projectConstraint)
 
 Rows, in MuJoCo's order (types are mjtConstraint):
   equality (0)        connect 3 rows (anchor 1 - anchor 2), weld 6 rows (positions, then the
@@ -56,9 +59,12 @@ condim among the model's candidate geom pairs can give. The stage computes all c
 buffers. Their capacity ``m.nefc_max`` (static, from ``row_tables`` at put_model) is the number of
 rows the model can produce at once: the equality rows of every equality, every friction-loss
 row, both sides of every limit and nconmax times the rows of the largest contact, for the parts
-that the disable flags leave on. Overflow is impossible by construction: no world can activate
-more rows than that. Unused rows have efc_type = efc_id = -1 and every float 0 (D = 0, so a
-solver that reads the whole buffer gives them no weight).
+that the disable flags leave on, so by default no world can overflow. A smaller capacity can be
+asked for (put_model's njmax, or ``<size njmax>``): then a world whose active rows do not fit
+gets no rows in that step and warning_counts[2] (mjWARN_CNSTRFULL) grows by 1, as MuJoCo
+drops a step's constraints when its arena is full (MuJoCo sizes its arena in bytes, so the
+row count at which it overflows is not the same). Unused rows have efc_type = efc_id = -1 and
+every float 0 (D = 0, so a solver that reads the whole buffer gives them no weight).
 
 Gradients: the selection (which rows are active, their order) carries none; the values do, and
 stay finite at singular points (zero residual norms, zero ball-joint angles, saturated or flat
@@ -79,8 +85,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import math, support
-from .data import EFC_UNUSED
+from . import inertia, math, support
+from .data import EFC_UNUSED, dual_rows
 from .errors import NotSupportedError
 from .math import MINVAL
 
@@ -95,6 +101,7 @@ FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
 PYRAMIDAL, ELLIPTIC = 0, 1
 DSBL_CONSTRAINT, DSBL_EQUALITY, DSBL_FRICTIONLOSS, DSBL_LIMIT, DSBL_CONTACT = 1, 2, 4, 8, 16
 DSBL_REFSAFE = 1 << 11
+WARN_CNSTRFULL = 2                # mjtWarning
 JAC_SPARSE, JAC_AUTO = 1, 2
 MINIMP, MAXIMP = 0.0001, 0.9999   # mjMINIMP, mjMAXIMP
 DEFAULT_SOLREF = (0.02, 1.0)      # replaces a mixed-sign solref
@@ -110,11 +117,13 @@ def _contact_rows(cmax: int, cone: int) -> int:
   return 2 * (cmax - 1) if cone == PYRAMIDAL else cmax
 
 
-def row_tables(arrays: dict, tables: dict, nconmax: int) -> dict:
+def row_tables(arrays: dict, tables: dict, nconmax: int, njmax: int | None = None) -> dict:
   """Static constraint-row tables of a compiled model (numpy, host only; see module docstring).
 
   arrays: the compiler's dict of MuJoCo-named arrays; tables: the collision candidate tables
-  (``mjx_py.collision.driver.pair_tables``); nconmax: the contact buffer's capacity.
+  (``mjx_py.collision.driver.pair_tables``); nconmax: the contact buffer's capacity; njmax:
+  the efc buffers' capacity asked for (put_model's njmax, else ``<size njmax>``; None or -1:
+  the most rows the model can produce; a larger value is lowered to that).
   Returns the Model's static fields ``nefc_max`` (the efc buffers' capacity), ``efc_friction``
   ((dof ids, tendon ids) with frictionloss > 0), ``efc_limit`` ((limited hinge / slide / ball
   joint ids, limited tendon ids)) and ``efc_rows``: the most rows each part can hold at once,
@@ -152,6 +161,10 @@ def row_tables(arrays: dict, tables: dict, nconmax: int) -> dict:
   rows = (ne, nf, nl, conrows)
   nefc_max = capacity(rows, nconmax if tables['ncandidate'] else 0,
                       int(arrays['opt_disableflags']), int(arrays['nv']))
+  if njmax is None:
+    njmax = int(arrays.get('njmax', -1))
+  if njmax >= 0:
+    nefc_max = min(nefc_max, njmax)
   return {'nefc_max': nefc_max, 'efc_friction': fric, 'efc_limit': limit, 'efc_rows': rows}
 
 
@@ -631,12 +644,21 @@ def _contact_regularizer(m, d, reg):
 # ---------------------------------------------------------------------------------------------
 # The stage
 
-def _check_capacity(m):
-  need = capacity(m.efc_rows, m.nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
-  if need > m.nefc_max:
-    raise ValueError(f'the efc buffers hold {m.nefc_max} rows but this Model can produce {need}'
-                     ' (its options or nconmax changed after put_model): rebuild it with '
-                     'put_model')
+def _need(m) -> int:
+  """The most rows this Model can produce at once (static)."""
+  return capacity(m.efc_rows, m.nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
+
+
+def _overflow(m, rows, d):
+  """MuJoCo's mjWARN_CNSTRFULL: when a world's active rows do not fit the capacity, it gets no
+  constraint rows this step (MuJoCo's mj_makeConstraint sets nefc = 0 when the arena cannot
+  hold the rows) and warning_counts[2] grows by 1. Returns (rows, d)."""
+  if _need(m) <= m.nefc_max:
+    return rows, d                    # cannot overflow: skip the test
+  full = jnp.sum(rows.active, dtype=jnp.int32) > m.nefc_max
+  rows = rows._replace(active=rows.active & ~full)
+  counts = d.warning_counts.at[WARN_CNSTRFULL].add(full.astype(jnp.int32))
+  return rows, dataclasses.replace(d, warning_counts=counts)
 
 
 def make_constraint(m, d):
@@ -649,7 +671,6 @@ def make_constraint(m, d):
   parts, counts = [], {'ne': zero, 'nf': zero, 'nl': zero}
   con_start = None
   if not flags & DSBL_CONSTRAINT and m.nv and cap:
-    _check_capacity(m)
     if not flags & DSBL_EQUALITY and m.neq:
       parts.append(('ne', _equality(m, d)))
     if not flags & DSBL_FRICTIONLOSS:
@@ -661,9 +682,11 @@ def make_constraint(m, d):
       con_start = sum(p.active.shape[0] for _, p in parts)
       parts.append((None, con_rows))
   if not parts:
-    return reference_constraint(m, _write(m, d, None, cap, contact, counts))
+    return project_constraint(m, reference_constraint(m, _write(m, d, None, cap, contact,
+                                                                counts)))
 
   rows = Rows(*(jnp.concatenate(f) for f in zip(*(p for _, p in parts))))
+  rows, d = _overflow(m, rows, d)
   for name in counts:
     active = [p.active for key, p in parts if key == name]
     if active:
@@ -691,7 +714,8 @@ def make_constraint(m, d):
         mu=jnp.where(has_rows & (contact.dim > 1), mu, contact.mu),
         exclude=jnp.where(no_dofs, 3, contact.exclude).astype(jnp.int32))
   kbip = jnp.stack([k, b, imp, impp], axis=-1)
-  return reference_constraint(m, _write(m, d, (rows, reg, kbip), cap, contact, counts))
+  d = reference_constraint(m, _write(m, d, (rows, reg, kbip), cap, contact, counts))
+  return project_constraint(m, d)
 
 
 def _write(m, d, rows, cap, contact, counts):
@@ -738,4 +762,14 @@ def reference_constraint(m, d):
   return dataclasses.replace(d, efc_vel=vel, efc_aref=aref)
 
 
-__all__ = ['make_constraint', 'reference_constraint', 'row_tables', 'capacity', 'impedance']
+def project_constraint(m, d):
+  """efc_AR = J M^-1 J' + diag(R), the dual solvers' matrix (mj_projectConstraint), for models
+  with a dual solver (data.dual_rows); unused rows and columns are 0 (their J and R are 0)."""
+  if not dual_rows(m):
+    return d
+  minv_jt = inertia.solve_m(m, d, d.efc_J.T)                    # (nv, nefc_max)
+  return dataclasses.replace(d, efc_AR=d.efc_J @ minv_jt + jnp.diag(d.efc_R))
+
+
+__all__ = ['make_constraint', 'reference_constraint', 'project_constraint', 'row_tables',
+           'capacity', 'impedance']

@@ -44,7 +44,11 @@ unused rows have efc_type = efc_id = -1 and every float 0 (so efc_D = 0: they we
                                      1/R, regularizer, J qvel, reference acceleration
   efc_KBIP           (nefc_max, 4)   stiffness, damping, impedance and its derivative
   nefc, ne, nf, nl   ()              rows in use: all, equality, friction loss, limits (int32)
+  efc_AR             (nefc_max, nefc_max) J M^-1 J' + diag(R) (mj_projectConstraint), only for
+                     models with a dual solver (opt.solver PGS or noslip_iterations > 0; see
+                     ``dual_rows``); (0, 0) otherwise
 The constraint solver (mj_fwdConstraint, mjx_py.solver) writes:
+  efc_b              (nefc_max,)     J qacc_smooth - aref (0 on unused rows)
   efc_force          (nefc_max,)     constraint force of each row (0 on unused rows)
   efc_state          (nefc_max,)     mjtConstraintState of each row, int32 (-1 on unused rows)
   solver_niter       ()              iterations used, int32 (0: no rows)
@@ -64,6 +68,15 @@ import jax
 import jax.numpy as jnp
 
 NWARNING = 8
+SOLVER_PGS = 0  # mjtSolver
+
+
+def dual_rows(m) -> int:
+  """Rows of efc_AR: nefc_max for models that run a dual solver (PGS, or the noslip solver
+  after any solver), 0 otherwise (the matrix is only built for them, as MuJoCo's
+  mj_projectConstraint)."""
+  return m.nefc_max if m.opt.solver == SOLVER_PGS or m.opt.noslip_iterations > 0 else 0
+
 
 # (name, shape as a function of the model)
 _SHAPES = (
@@ -103,7 +116,8 @@ _SHAPES = (
     ('efc_diagApprox', lambda m: (m.nefc_max,)), ('efc_KBIP', lambda m: (m.nefc_max, 4)),
     ('efc_D', lambda m: (m.nefc_max,)), ('efc_R', lambda m: (m.nefc_max,)),
     ('efc_vel', lambda m: (m.nefc_max,)), ('efc_aref', lambda m: (m.nefc_max,)),
-    ('efc_force', lambda m: (m.nefc_max,)),
+    ('efc_force', lambda m: (m.nefc_max,)), ('efc_b', lambda m: (m.nefc_max,)),
+    ('efc_AR', lambda m: (dual_rows(m),) * 2),
     ('solver_improvement', lambda m: ()), ('solver_gradient', lambda m: ()),
 )
 _INT_FIELDS = {'eq_active': lambda m: (m.neq,), 'warning_counts': lambda m: (NWARNING,),

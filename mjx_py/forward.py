@@ -8,8 +8,10 @@ forward(m, d) -> d   (mj_forward, mj_forwardSkip with skipsensor)
             energy[1] with the energy flag
   actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (the solver: qacc,
   qfrc_constraint, efc_force), acceleration sensors
-step(m, d) -> d      (mj_step) forward, then the integrator chosen by m.opt.integrator (RK4's
-                     intermediate evaluations skip the sensors, as MuJoCo's do).
+step(m, d) -> d      (mj_step) check_pos, check_vel, forward, check_acc (mjx_py.check: worlds
+                     with NaN / huge values are counted in warning_counts and reset), then the
+                     integrator chosen by m.opt.integrator (RK4's intermediate evaluations skip
+                     the sensors, as MuJoCo's do).
 
 Model options are static: m.opt.integrator, solver, cone and the disable flags pick the code
 that is traced.
@@ -24,6 +26,7 @@ import jax.numpy as jnp
 
 from . import (
   actuation,
+  check,
   collision,
   constraint,
   inertia,
@@ -114,12 +117,15 @@ def _forward_skip_sensor(m, d):
 
 
 def step(m, d):
-  """One simulation step (mj_step): forward dynamics, then integration."""
+  """One simulation step (mj_step): the qpos / qvel checks, forward dynamics, the qacc check
+  (mjx_py.check: bad worlds are flagged and reset), then integration."""
   integrator = m.opt.integrator
-  if integrator == RK4:
-    d = forward(m, d)
-    return integrate.rk4(m, d, _forward_skip_sensor)
+  d = check.check_pos(m, d)
+  d = check.check_vel(m, d)
   d = forward(m, d)
+  d = check.check_acc(m, d, forward)
+  if integrator == RK4:
+    return integrate.rk4(m, d, _forward_skip_sensor)
   if integrator == EULER:
     return integrate.euler(m, d)
   if integrator == IMPLICIT:

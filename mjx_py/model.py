@@ -384,7 +384,7 @@ def _leaf(value, kind: str):
 
 
 def put_model(arrays: dict, nconmax: int | None = None, broadphase: str = 'auto',
-              npairmax: int | None = None) -> Model:
+              npairmax: int | None = None, njmax: int | None = None) -> Model:
   """Builds a Model from the compiler's dict of MuJoCo-named numpy arrays.
 
   arrays: output of ``mjx_py.mjcf.compile_file``/``compile_string``. Floats become the default
@@ -397,6 +397,10 @@ def put_model(arrays: dict, nconmax: int | None = None, broadphase: str = 'auto'
   ``driver.SAP_THRESHOLD`` dynamic candidate pairs). Static.
   npairmax: the most pairs of one geom type pair whose narrowphase runs in a step (static, both
   broadphases; MJX's max_geom_pairs); None: nconmax.
+  njmax: capacity of the constraint-row buffers (static); None: ``<size njmax>`` if set
+  (>= 0), else the most rows the model can produce at once (no overflow possible). A world
+  whose rows do not fit gets none in that step and counts mjWARN_CNSTRFULL (see
+  mjx_py.constraint).
   """
   from .collision import driver  # late: the collision package imports jax-side modules
   kwargs = {name: _leaf(arrays[name], kind) for name, kind, _, _ in FIELDS}
@@ -417,7 +421,7 @@ def put_model(arrays: dict, nconmax: int | None = None, broadphase: str = 'auto'
   kwargs['opt'] = Option(**opt)
   kwargs['stat'] = Statistic(**{n: _leaf(arrays[f'stat_{n}'], 'f') for n in STAT_FIELDS})
   kwargs['names'] = tuple(sorted((k, tuple(v)) for k, v in arrays['names'].items()))
-  kwargs.update(constraint_counts(arrays, tables, kwargs['nconmax']))
+  kwargs.update(constraint_counts(arrays, tables, kwargs['nconmax'], njmax))
   kwargs.update(type_sets(arrays))
   return Model(**kwargs)
 
@@ -450,7 +454,7 @@ def name2id(m: Model, objtype: str, name: str) -> int:
 
 
 def constraint_counts(arrays: dict, tables: dict | None = None,
-                      nconmax: int | None = None) -> dict:
+                      nconmax: int | None = None, njmax: int | None = None) -> dict:
   """Host-side counts of the constraints a model can produce (before disable flags).
 
   nlimit: limited joints and tendons; nfriction: dofs and tendons with frictionloss;
@@ -459,7 +463,8 @@ def constraint_counts(arrays: dict, tables: dict | None = None,
   filtering unless disabled, excluded body pairs, and pairs that are also explicit), from
   ``mjx_py.collision.driver.pair_tables`` (``tables``: its output, if already computed).
   Also the constraint-row tables and capacity of ``mjx_py.constraint.row_tables`` (nefc_max,
-  efc_friction, efc_limit, efc_rows; ``nconmax``: the contact capacity, None: the default).
+  efc_friction, efc_limit, efc_rows; ``nconmax``: the contact capacity, None: the default;
+  ``njmax``: the row capacity asked for, None: ``<size njmax>`` or the default).
   """
   nlimit = int(np.sum(arrays['jnt_limited'])) + int(np.sum(arrays['tendon_limited']))
   nfriction = int(np.sum(np.asarray(arrays['dof_frictionloss']) > 0)) + int(
@@ -473,4 +478,4 @@ def constraint_counts(arrays: dict, tables: dict | None = None,
     from .collision import driver
     nconmax = driver.capacity(int(arrays.get('nconmax', -1)), tables)
   return {'nlimit': nlimit, 'nfriction': nfriction, 'ncandidate': tables['ncandidate'],
-          'has_fluid': has_fluid, **constraint.row_tables(arrays, tables, nconmax)}
+          'has_fluid': has_fluid, **constraint.row_tables(arrays, tables, nconmax, njmax)}

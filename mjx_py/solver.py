@@ -77,6 +77,7 @@ models raise NotSupportedError when traced.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -84,7 +85,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.custom_batching import custom_vmap
 
-from . import linalg
+from . import dual, linalg
+from .data import dual_rows
 from .errors import NotSupportedError
 from .math import MINVAL
 
@@ -644,12 +646,12 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   return C, tuple(jnp.moveaxis(x[1:], 0, 1) for x in stats)
 
 
-def _iterate_fn(cfg: _Config):
-  """The iterations of one world, _iterate_batch underneath: a function (p, warm, empty, prm)
-  -> (carry, stats) whose vmap runs the batch as one _iterate_batch (custom_vmap), nested
-  vmaps as one flat batch, so that the whole batch skips the iterations after its slowest
-  world has converged (a plain vmap of the per-world loop would turn the skip into a select
-  and run every iteration)."""
+def _batched(batch_fn):
+  """The per-world function of ``batch_fn`` (a function of batched arguments, every leaf with a
+  leading axis B, returning batched results): a function of one world's arguments whose vmap
+  runs the batch as one call of batch_fn (jax.custom_batching.custom_vmap), nested vmaps as one
+  flat batch. The solvers' loops skip a step by a lax.cond once no world of the batch needs it;
+  a plain vmap of the per-world loop would turn that cond into a select and run every step."""
 
   def broadcast(axis_size, args, in_batched):
     leaves, tree = jax.tree_util.tree_flatten(args)
@@ -660,7 +662,7 @@ def _iterate_fn(cfg: _Config):
 
   @custom_vmap
   def many(*args):
-    return _iterate_batch(cfg, *args)
+    return batch_fn(*args)
 
   @many.def_vmap
   def _many_rule(axis_size, in_batched, *args):
@@ -684,6 +686,12 @@ def _iterate_fn(cfg: _Config):
   return one
 
 
+def _iterate_fn(cfg: _Config):
+  """The primal iterations of one world, _iterate_batch underneath (see _batched): a function
+  (p, warm, empty, prm) -> (carry, stats)."""
+  return _batched(lambda *args: _iterate_batch(cfg, *args))
+
+
 # ---------------------------------------------------------------------------------------------
 # Implicit gradients and the stage
 
@@ -695,27 +703,27 @@ def _residual(p: _Problem, qacc, state):
 
 
 def _check(m):
-  if m.opt.solver == PGS:
-    raise NotSupportedError('the PGS constraint solver (opt.solver 0) is not implemented; use '
-                            'solver="Newton" or solver="CG" in <option>')
-  if m.opt.solver not in (CG, NEWTON):
+  if m.opt.solver not in (PGS, CG, NEWTON):
     raise NotSupportedError(f'unknown constraint solver {m.opt.solver}')
-  if m.opt.noslip_iterations > 0:
-    raise NotSupportedError('the noslip solver is not implemented; set noslip_iterations="0" '
-                            'in <option>')
+
+
+def _nstats(m) -> int:
+  """Length of the per-iteration statistics: the main solver's, then noslip's."""
+  return int(m.opt.iterations) + max(0, int(m.opt.noslip_iterations))
 
 
 def _no_rows(m, d):
   nv = m.nv
   dtype = d.qacc_smooth.dtype
   n = d.efc_type.shape[0]
-  it = m.opt.iterations
+  it = _nstats(m)
   sol = Solution(jnp.zeros((n,), dtype), jnp.full((n,), UNUSED, jnp.int32),
                  jnp.zeros((), jnp.int32), jnp.zeros((it,), dtype), jnp.zeros((it,), dtype),
                  jnp.zeros((it,), dtype), jnp.zeros((it,), jnp.int32),
                  jnp.zeros((it,), jnp.int32), jnp.zeros((it,), jnp.int32))
   d = dataclasses.replace(d, qacc=d.qacc_smooth, qacc_warmstart=d.qacc_smooth,
-                          qfrc_constraint=jnp.zeros((nv,), dtype))
+                          qfrc_constraint=jnp.zeros((nv,), dtype),
+                          efc_b=jnp.zeros_like(d.efc_b))
   return _write_data(d, sol), sol
 
 
@@ -731,60 +739,147 @@ def _write_data(d, sol: Solution):
       solver_gradient=pick(sol.solver_gradient))
 
 
-def solve_info(m, d):
-  """The constraint solve (mj_fwdConstraint without noslip); returns (d, Solution). See the
-  module docstring for what is read and written."""
-  if m.opt.disableflags & DSBL_CONSTRAINT or not m.nv or not m.nefc_max:
-    return _no_rows(m, d)
-  _check(m)
-  p = _problem(m, d)
-  empty = d.nefc == 0
-  ps = jax.tree_util.tree_map(lax.stop_gradient, p)
-  cfg = _Config(m.opt.solver == NEWTON, int(m.opt.iterations), int(m.opt.ls_iterations),
-                not m.opt.disableflags & DSBL_WARMSTART)
-  dtype = d.qacc_smooth.dtype
+def _params(m, dtype) -> _Params:
   prm = _Params(*(lax.stop_gradient(jnp.asarray(x, dtype)) for x in (
       m.opt.tolerance, m.opt.ls_tolerance, 1 / (m.stat.meaninertia * max(1, m.nv)))))
   if dtype == jnp.float32:
     # float32 cannot resolve MuJoCo's float64 defaults (see the module docstring)
     prm = prm._replace(tol=jnp.maximum(prm.tol, F32_TOLERANCE),
                        ls_tol=jnp.maximum(prm.ls_tol, F32_LS_TOLERANCE))
-  carry, stats = _iterate_fn(cfg)(ps, lax.stop_gradient(d.qacc_warmstart), empty, prm)
+  return prm
 
-  # implicit differentiation at the optimum (values unchanged, see the module docstring)
+
+def _primal(m, ps: _Problem, warm, empty, prm: _Params):
+  """Newton or CG: (qacc*, final constraint update, inverse Hessian at qacc*, niter, stats)."""
+  cfg = _Config(m.opt.solver == NEWTON, int(m.opt.iterations), int(m.opt.ls_iterations),
+                not m.opt.disableflags & DSBL_WARMSTART)
+  carry, stats = _iterate_fn(cfg)(ps, warm, empty, prm)
   state = carry.up.state
-  qstar = carry.qacc
-  G, _ = _residual(p, qstar, state)
-  Hinv = carry.Hinv if m.opt.solver == NEWTON else linalg.inverse(
+  Hinv = carry.Hinv if cfg.newton else linalg.inverse(
       _hessian(ps, _update(ps, carry.jar, frozen=state, hessian=True)))
+  return carry.qacc, carry.up, Hinv, carry.niter, stats
+
+
+def _dual_finish(ps: _Problem, Minv, force):
+  """qacc = qacc_smooth + M^-1 J' force (MuJoCo's dualFinish)."""
+  return ps.qacc_smooth + Minv @ (ps.J.T @ force)
+
+
+def _pgs(m, d, ps: _Problem, dp, warm, prm: _Params, Minv):
+  """PGS: (qacc*, forces, dual states, the primal update at qacc* (its active set for the
+  implicit gradients), inverse Hessian there, niter, stats)."""
+  f_warm = _update(ps, ps.J @ warm - ps.aref).force
+  F0 = dual.warm_forces(dp, f_warm, dp.b[:f_warm.shape[0]],
+                        not m.opt.disableflags & DSBL_WARMSTART)
+  run = _batched(functools.partial(dual.pgs_batch, int(m.opt.iterations),
+                                   bool(_cone_width(m))))
+  res = run(dp, F0, dual.Params(prm.tol, prm.scale))
+  qstar = _dual_finish(ps, Minv, res.force)
+  up = _update(ps, ps.J @ qstar - ps.aref, hessian=True)
+  Hinv = linalg.inverse(_hessian(ps, up))
+  it = res.improvement.shape[0]
+  zf, zi = jnp.zeros((it,), res.improvement.dtype), jnp.zeros((it,), jnp.int32)
+  stats = (res.improvement, zf, zf, res.nactive, res.nchange, zi)
+  return qstar, res.force, res.state, up, Hinv, res.niter, stats
+
+
+def _noslip(m, ps: _Problem, dp, force, dtype, Minv):
+  """The noslip solver from the main solver's forces: (qacc, forces, states, niter, stats)."""
+  tol = lax.stop_gradient(jnp.asarray(m.opt.noslip_tolerance, dtype))
+  if dtype == jnp.float32:
+    tol = jnp.maximum(tol, F32_TOLERANCE)
+  scale = lax.stop_gradient(jnp.asarray(1 / (m.stat.meaninertia * max(1, m.nv)), dtype))
+  run = _batched(functools.partial(dual.noslip_batch, int(m.opt.noslip_iterations),
+                                   bool(_cone_width(m))))
+  res = run(dp, force, dual.Params(tol, scale))
+  return _dual_finish(ps, Minv, res.force), res.force, res.state, res.niter, res
+
+
+def _merge_stats(stats, niter, ns, total: int):
+  """The main solver's statistics (iterations,) followed, from index niter on, by noslip's."""
+  out = []
+  for k, x in enumerate(stats):
+    x = jnp.pad(x, (0, total - x.shape[0]))
+    if ns is not None:
+      extra = {0: ns.improvement, 3: ns.nactive, 4: ns.nchange}.get(k)
+      if extra is not None:
+        j = jnp.arange(extra.shape[0])
+        idx = jnp.where(j < ns.niter, niter + j, total)
+        x = x.at[idx].set(extra.astype(x.dtype), mode='drop')
+    out.append(x)
+  return tuple(out)
+
+
+def solve_info(m, d):
+  """The constraint solve (mj_fwdConstraint); returns (d, Solution). See the module docstring
+  for what is read and written."""
+  if m.opt.disableflags & DSBL_CONSTRAINT or not m.nv or not m.nefc_max:
+    return _no_rows(m, d)
+  _check(m)
+  p = _problem(m, d)
+  empty = d.nefc == 0
+  ps = jax.tree_util.tree_map(lax.stop_gradient, p)
+  dtype = d.qacc_smooth.dtype
+  prm = _params(m, dtype)
+  warm = lax.stop_gradient(d.qacc_warmstart)
+  efc_b = d.efc_J @ d.qacc_smooth - d.efc_aref
+  use_dual = bool(dual_rows(m))
+  if use_dual:
+    dp = dual.problem(d, lax.stop_gradient(d.efc_AR), lax.stop_gradient(efc_b))
+    Minv = linalg.inverse(ps.M)
+
+  contact = d.contact
+  if m.opt.solver == PGS:
+    qstar, fstar, state, up, Hinv, niter, stats = _pgs(m, d, ps, dp, warm, prm, Minv)
+    # with no rows PGS's result is qacc_smooth already
+  else:
+    qstar, up, Hinv, niter, stats = _primal(m, ps, warm, empty, prm)
+    fstar, state = up.force, up.state
+    # MuJoCo's layout of the cone Hessians: row-major dim x dim in the first dim^2 of contact.H
+    nr = _cone_width(m)
+    if nr:
+      Hc = up.Hc
+      dim = jnp.clip(contact.dim, 1, nr)
+      k = jnp.arange(36)
+      r, col = k[None, :] // dim[:, None], k[None, :] % dim[:, None]
+      inside = k[None, :] < dim[:, None] * dim[:, None]
+      val = Hc[jnp.arange(Hc.shape[0])[:, None], jnp.clip(r, 0, nr - 1),
+               jnp.clip(col, 0, nr - 1)]
+      contact = dataclasses.replace(contact,
+                                    H=jnp.where(inside, val, 0.0).astype(contact.H.dtype))
+
+  # implicit differentiation at the optimum, active set of the primal update at qacc* frozen
+  # (values unchanged, see the module docstring)
+  G, _ = _residual(p, qstar, up.state)
   qacc = qstar - lax.stop_gradient(Hinv) @ (G - lax.stop_gradient(G))
-  _, f = _residual(p, qacc, state)
-  force = carry.up.force + (f - lax.stop_gradient(f))
+  _, f = _residual(p, qacc, up.state)
+  force = fstar + (f - lax.stop_gradient(f))
+  # MuJoCo's mj_fwdConstraint saves the main solver's solution as the next warm start
+  qacc_warmstart = lax.stop_gradient(qacc)
+
+  ns = None
+  if m.opt.noslip_iterations > 0:
+    qacc_ns, f_ns, state, ns_niter, ns = _noslip(m, ps, dp, lax.stop_gradient(force), dtype,
+                                                 Minv)
+    # noslip's change passes no derivative: the gradients are the main solver's
+    qacc = qacc + lax.stop_gradient(qacc_ns - qacc)
+    force = force + lax.stop_gradient(f_ns - force)
+    stats = _merge_stats(stats, niter, ns, _nstats(m))
+    niter = niter + ns_niter
+  else:
+    stats = _merge_stats(stats, niter, None, _nstats(m))
   qfrc_constraint = d.efc_J.T @ force
 
-  # MuJoCo's layout of the cone Hessians: row-major dim x dim in the first dim^2 of contact.H
-  contact = d.contact
-  nr = _cone_width(m)
-  if nr:
-    Hc = carry.up.Hc
-    dim = jnp.clip(contact.dim, 1, nr)
-    k = jnp.arange(36)
-    r, col = k[None, :] // dim[:, None], k[None, :] % dim[:, None]
-    inside = k[None, :] < dim[:, None] * dim[:, None]
-    val = Hc[jnp.arange(Hc.shape[0])[:, None], jnp.clip(r, 0, nr - 1), jnp.clip(col, 0, nr - 1)]
-    contact = dataclasses.replace(contact, H=jnp.where(inside, val, 0.0).astype(contact.H.dtype))
-
   improvement, gradient, slope, nactive, nchange, neval = stats
-  sol = Solution(force, state, carry.niter, improvement, gradient, slope, nactive, nchange, neval)
-  # MuJoCo's mj_fwdConstraint saves the solution as the next warm start
-  d = dataclasses.replace(d, qacc=qacc, qacc_warmstart=lax.stop_gradient(qacc),
+  sol = Solution(force, state, niter, improvement, gradient, slope, nactive, nchange, neval)
+  d = dataclasses.replace(d, qacc=qacc, qacc_warmstart=qacc_warmstart, efc_b=efc_b,
                           qfrc_constraint=qfrc_constraint, contact=contact)
   return _write_data(d, sol), sol
 
 
 def solve(m, d):
-  """The constraint solve (mj_fwdConstraint without noslip): d with qacc, qfrc_constraint,
-  qacc_warmstart and contact.H (and the Solution fields Data declares) written."""
+  """The constraint solve (mj_fwdConstraint): d with qacc, qfrc_constraint, qacc_warmstart,
+  efc_b and contact.H (and the Solution fields Data declares) written."""
   return solve_info(m, d)[0]
 
 

@@ -12,6 +12,7 @@ import glob
 import os
 import re
 
+import jax
 import jax.numpy as jnp
 import mujoco
 import numpy as np
@@ -191,3 +192,89 @@ def fill_contacts(c, md, names):
     blank[:n] = np.where(value == 3, 0, value) if name == 'exclude' else value
     fields[name] = blank
   return dataclasses.replace(c, **fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# forward() with constraints against mj_forward (test_forward_constraints, test_dual_solvers)
+
+def states(mj, rng):
+  """Two (MjData after mj_forward, the warm start it started from) pairs: a random perturbation
+  of the reset state (qpos0 or keyframe 0; qpos by 0.05, qvel 0.3 normal, ctrl 0.3 uniform),
+  and the state 40 mj_step steps later, with MuJoCo's warm start (mj_forward overwrites
+  qacc_warmstart with its solution, so it is saved before)."""
+  md = mujoco.MjData(mj)
+  if mj.nkey:
+    mujoco.mj_resetDataKeyframe(mj, md, 0)
+  md.qpos[:] = random_state(mj, rng, qpos_scale=0.05, mocap=False).qpos + (
+      md.qpos - mj.qpos0)
+  for j in range(mj.njnt):                                  # renormalise quaternions
+    adr = mj.jnt_qposadr[j]
+    if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+      md.qpos[adr + 3:adr + 7] /= np.linalg.norm(md.qpos[adr + 3:adr + 7])
+    elif mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
+      md.qpos[adr:adr + 4] /= np.linalg.norm(md.qpos[adr:adr + 4])
+  md.qvel[:] = 0.3 * rng.standard_normal(mj.nv)
+  if mj.nu:
+    md.ctrl[:] = 0.3 * rng.uniform(-1, 1, mj.nu)
+  out = []
+  for k in range(41):
+    if k in (0, 40):
+      ref = mujoco.MjData(mj)
+      for f in ('qpos', 'qvel', 'act', 'ctrl', 'mocap_pos', 'mocap_quat', 'qacc_warmstart'):
+        getattr(ref, f)[:] = getattr(md, f)
+      ref.time = md.time
+      warm = md.qacc_warmstart.copy()
+      mujoco.mj_forward(mj, ref)
+      out.append((ref, warm))
+    mujoco.mj_step(mj, md)
+  return out
+
+
+def ours(m, states):
+  """jit(vmap(forward)) of our Model from the MjData ``states`` (pairs of states())."""
+  fields = ('qpos', 'qvel', 'act', 'ctrl', 'mocap_pos', 'mocap_quat')
+  d = mjx_py.make_data(m)
+  refs = [r for r, _ in states]
+  batch = {f: jnp.asarray(np.stack([getattr(r, f).reshape(getattr(d, f).shape)
+                                    for r in refs])) for f in fields}
+  batch['qacc_warmstart'] = jnp.asarray(np.stack([w for _, w in states]))
+  batch['time'] = jnp.asarray([r.time for r in refs])
+  d = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (len(refs),) + x.shape), d)
+  d = replace(d, **batch)
+  # LLVM optimizations off: the compile dominates this test, the run is short
+  return jax.jit(jax.vmap(mjx_py.forward, in_axes=(None, 0)),
+                 compiler_options={'xla_backend_optimization_level': 0})(m, d)
+
+
+def pair_keys(ref, n):
+  """Per efc row: (type, geom pair) for contact rows, (type, id) for the others."""
+  keys = []
+  for r in range(n):
+    t, i = int(ref.efc_type[r]), int(ref.efc_id[r])
+    keys.append((t,) + (tuple(ref.contact.geom[i]) if t >= 5 else (i,)))
+  return keys
+
+
+def by_pair(values, keys):
+  """values grouped by key, each group's entries sorted (lexicographically for rows)."""
+  if not keys:
+    return np.zeros((0, 1))
+  out = []
+  for key in sorted(set(keys)):
+    group = np.asarray([v for v, k in zip(values, keys) if k == key]).reshape(
+        sum(k == key for k in keys), -1)
+    out.append(group[np.lexsort(group.T[::-1])])
+  return np.concatenate(out)
+
+
+def assets(path):
+  """The files a model refers to (meshes, hfields, includes), by the names it uses."""
+  folder = os.path.dirname(path)
+  assets = {}
+  for root, _, files in os.walk(folder):
+    for f in files:
+      if not f.endswith('.xml') or root != folder:
+        full = os.path.join(root, f)
+        with open(full, 'rb') as fh:
+          assets[os.path.relpath(full, folder)] = fh.read()
+  return assets

@@ -3,7 +3,7 @@
 Every bundled model (models/), the scenes of tests/models/scenes/ and the feature models of
 tests/models/ that have constraints (FEATURES) run with one of the four solver
 / cone settings (Newton or CG, pyramidal or elliptic, in turn over the sorted model list, so each
-setting covers a quarter of the models), noslip off (not implemented yet) and a tighter tolerance
+setting covers a quarter of the models), noslip off (tests/test_dual_solvers.py covers PGS and noslip) and a tighter tolerance
 (1e-10, so that both sides are converged). States: a random perturbation of the reset state (qpos0
 or keyframe 0), and the state 40 mj_step steps later, with MuJoCo's warm start on both sides.
 Compared in float64: ncon and nefc equal, efc_type / efc_id equal (the same rows in MuJoCo's
@@ -24,7 +24,6 @@ import glob
 import os
 
 import jax
-import jax.numpy as jnp
 import mujoco
 import numpy as np
 import oracle
@@ -32,7 +31,6 @@ import pytest
 from oracle import ROOT
 
 import mjx_py
-from mjx_py.forward import forward
 
 SCENES = sorted(glob.glob(os.path.join(ROOT, 'tests', 'models', 'scenes', '*.xml')))
 # the test models that exercise constraints (the others add compile time, not coverage)
@@ -53,52 +51,6 @@ def _float64():
     yield
 
 
-def _states(mj, rng):
-  """Two (MjData after mj_forward, the warm start it started from) pairs (see the module
-  docstring; mj_forward overwrites qacc_warmstart with its solution)."""
-  md = mujoco.MjData(mj)
-  if mj.nkey:
-    mujoco.mj_resetDataKeyframe(mj, md, 0)
-  md.qpos[:] = oracle.random_state(mj, rng, qpos_scale=0.05, mocap=False).qpos + (
-      md.qpos - mj.qpos0)
-  for j in range(mj.njnt):                                  # renormalise quaternions
-    adr = mj.jnt_qposadr[j]
-    if mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
-      md.qpos[adr + 3:adr + 7] /= np.linalg.norm(md.qpos[adr + 3:adr + 7])
-    elif mj.jnt_type[j] == mujoco.mjtJoint.mjJNT_BALL:
-      md.qpos[adr:adr + 4] /= np.linalg.norm(md.qpos[adr:adr + 4])
-  md.qvel[:] = 0.3 * rng.standard_normal(mj.nv)
-  if mj.nu:
-    md.ctrl[:] = 0.3 * rng.uniform(-1, 1, mj.nu)
-  out = []
-  for k in range(41):
-    if k in (0, 40):
-      ref = mujoco.MjData(mj)
-      for f in ('qpos', 'qvel', 'act', 'ctrl', 'mocap_pos', 'mocap_quat', 'qacc_warmstart'):
-        getattr(ref, f)[:] = getattr(md, f)
-      ref.time = md.time
-      warm = md.qacc_warmstart.copy()
-      mujoco.mj_forward(mj, ref)
-      out.append((ref, warm))
-    mujoco.mj_step(mj, md)
-  return out
-
-
-def _ours(m, states):
-  fields = ('qpos', 'qvel', 'act', 'ctrl', 'mocap_pos', 'mocap_quat')
-  d = mjx_py.make_data(m)
-  refs = [r for r, _ in states]
-  batch = {f: jnp.asarray(np.stack([getattr(r, f).reshape(getattr(d, f).shape)
-                                    for r in refs])) for f in fields}
-  batch['qacc_warmstart'] = jnp.asarray(np.stack([w for _, w in states]))
-  batch['time'] = jnp.asarray([r.time for r in refs])
-  d = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (len(refs),) + x.shape), d)
-  d = oracle.replace(d, **batch)
-  # LLVM optimizations off: the compile dominates this test, the run is short
-  return jax.jit(jax.vmap(forward, in_axes=(None, 0)),
-                 compiler_options={'xla_backend_optimization_level': 0})(m, d)
-
-
 def _cost(mj, ref, qacc):
   """MuJoCo's total cost (Gauss + constraint) of qacc for the rows of ``ref``."""
   work = copy.copy(ref)
@@ -109,27 +61,6 @@ def _cost(mj, ref, qacc):
   M = oracle.dense_qM(mj, ref)
   gauss = 0.5 * (M @ qacc - ref.qfrc_smooth) @ (qacc - ref.qacc_smooth)
   return gauss + cost[0, 0]
-
-
-def _pair_keys(ref, n):
-  """Per efc row: (type, geom pair) for contact rows, (type, id) for the others."""
-  keys = []
-  for r in range(n):
-    t, i = int(ref.efc_type[r]), int(ref.efc_id[r])
-    keys.append((t,) + (tuple(ref.contact.geom[i]) if t >= 5 else (i,)))
-  return keys
-
-
-def _by_pair(values, keys):
-  """values grouped by key, each group's entries sorted (lexicographically for rows)."""
-  if not keys:
-    return np.zeros((0, 1))
-  out = []
-  for key in sorted(set(keys)):
-    group = np.asarray([v for v, k in zip(values, keys) if k == key]).reshape(
-        sum(k == key for k in keys), -1)
-    out.append(group[np.lexsort(group.T[::-1])])
-  return np.concatenate(out)
 
 
 def _reordered(ours, theirs, tol):
@@ -146,17 +77,12 @@ def _setting(i):
                          ids=[oracle.model_id(p) for p in MODELS])
 def test_forward_with_constraints_matches_mujoco(i, path):
   xml = oracle.with_option(oracle.read(path), _setting(i))
-  try:
-    mj = mujoco.MjModel.from_xml_string(xml, _assets(path))
-  except ValueError:
-    mj = None
-  if mj is None:
-    pytest.skip('MuJoCo does not load this model from a string (includes / asset paths)')
-  m = mjx_py.from_xml_string(xml, _assets(path))
-  states = _states(mj, np.random.default_rng(i))
-  if any(r.ncon > m.nconmax for r, _ in states):
-    pytest.skip('more contacts than the default capacity')
-  d = _ours(m, states)
+  assets = oracle.assets(path)
+  mj = mujoco.MjModel.from_xml_string(xml, assets)
+  m = mjx_py.from_xml_string(xml, assets)
+  states = oracle.states(mj, np.random.default_rng(i))
+  assert all(r.ncon <= m.nconmax for r, _ in states), 'more contacts than the capacity'
+  d = oracle.ours(m, states)
   for k, (ref, _) in enumerate(states):
     where = (f'{oracle.model_id(path)} state {k} ({_setting(i)}; MuJoCo niter '
              f'{ref.solver_niter[0]}, ours {int(d.solver_niter[k])}, nefc {ref.nefc})')
@@ -184,8 +110,8 @@ def test_forward_with_constraints_matches_mujoco(i, path):
     # contacts come in another order than qhull's faces give MuJoCo)
     force = np.asarray(d.efc_force[k, :n])
     scale = max(1.0, np.abs(ref.efc_force).max(initial=0))
-    key = _pair_keys(ref, n)
-    np.testing.assert_allclose(_by_pair(force, key), _by_pair(ref.efc_force, key),
+    key = oracle.pair_keys(ref, n)
+    np.testing.assert_allclose(oracle.by_pair(force, key), oracle.by_pair(ref.efc_force, key),
                                atol=RTOL * scale, rtol=0, err_msg=where)
     # mjx_py.contact_force (mj_contactForce of every contact)
     dk = jax.tree_util.tree_map(lambda x, k=k: x[k], d)
@@ -194,7 +120,7 @@ def test_forward_with_constraints_matches_mujoco(i, path):
     for c in range(ref.ncon):
       mujoco.mj_contactForce(mj, ref, c, theirs_cf[c])
     ckey = [tuple(ref.contact.geom[c]) for c in range(ref.ncon)]
-    np.testing.assert_allclose(_by_pair(ours_cf, ckey), _by_pair(theirs_cf, ckey),
+    np.testing.assert_allclose(oracle.by_pair(ours_cf, ckey), oracle.by_pair(theirs_cf, ckey),
                                atol=RTOL * scale, rtol=0, err_msg=where)
     if _reordered(force, ref.efc_force, RTOL * scale):
       continue
@@ -202,16 +128,3 @@ def test_forward_with_constraints_matches_mujoco(i, path):
     settled = np.abs(ref.efc_force) > 1e-9 * scale
     np.testing.assert_array_equal(np.asarray(d.efc_state[k, :n])[settled],
                                   ref.efc_state[settled], where)
-
-
-def _assets(path):
-  """The files a model refers to (meshes, hfields, includes), by the names it uses."""
-  folder = os.path.dirname(path)
-  assets = {}
-  for root, _, files in os.walk(folder):
-    for f in files:
-      if not f.endswith('.xml') or root != folder:
-        full = os.path.join(root, f)
-        with open(full, 'rb') as fh:
-          assets[os.path.relpath(full, folder)] = fh.read()
-  return assets

@@ -338,7 +338,7 @@ def _s2d(a, b, c):
 
 
 # the faces of a tetrahedron in S3D's order (vertex i left out)
-_TET_FACES = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]])
+_TET_FACES = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]], np.int32)
 
 
 def _subdistance(n, s):
@@ -401,7 +401,7 @@ class _GjkResult(NamedTuple):
 
 
 # gjkIntersect's faces of the tetrahedron (positions in its vertex order)
-_INT_FACES = np.array([[2, 1, 3], [0, 2, 3], [1, 0, 3], [0, 1, 2]])
+_INT_FACES = np.array([[2, 1, 3], [0, 2, 3], [1, 0, 3], [0, 1, 2]], np.int32)
 
 
 def _signed_distance(a, b, c):
@@ -626,11 +626,11 @@ def _rot120(axis):
 
 
 # hexahedra of polytope2 and polytope3 and the tetrahedron of polytope4: faces, adjacency
-_P2_FACES = np.array([[0, 2, 3], [0, 4, 2], [0, 3, 4], [1, 3, 2], [1, 2, 4], [1, 4, 3]])
-_P3_FACES = np.array([[4, 0, 1], [4, 2, 0], [4, 1, 2], [3, 1, 0], [3, 0, 2], [3, 2, 1]])
-_HEX_ADJ = np.array([[1, 3, 2], [2, 4, 0], [0, 5, 1], [5, 0, 4], [3, 1, 5], [4, 2, 3]])
-_P4_FACES = np.array([[0, 1, 2], [0, 3, 1], [0, 2, 3], [3, 2, 1]])
-_P4_ADJ = np.array([[1, 3, 2], [2, 3, 0], [0, 3, 1], [2, 0, 1]])
+_P2_FACES = np.array([[0, 2, 3], [0, 4, 2], [0, 3, 4], [1, 3, 2], [1, 2, 4], [1, 4, 3]], np.int32)
+_P3_FACES = np.array([[4, 0, 1], [4, 2, 0], [4, 1, 2], [3, 1, 0], [3, 0, 2], [3, 2, 1]], np.int32)
+_HEX_ADJ = np.array([[1, 3, 2], [2, 4, 0], [0, 5, 1], [5, 0, 4], [3, 1, 5], [4, 2, 3]], np.int32)
+_P4_FACES = np.array([[0, 1, 2], [0, 3, 1], [0, 2, 3], [3, 2, 1]], np.int32)
+_P4_ADJ = np.array([[1, 3, 2], [2, 3, 0], [0, 3, 1], [2, 0, 1]], np.int32)
 
 
 def _polytope(g1, g2, gjk, nvmax, nfmax):

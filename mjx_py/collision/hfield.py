@@ -67,7 +67,7 @@ _FIX_ITER, _FIX_TOL = 30, 1e-6   # mjc_fixNormal's ellipsoid solvers: iterations
 # prism vertices by triangle: (row, column) offsets from the cell's corner (r, c), in MuJoCo's
 # prism order (the grid points enter the prism constructor as (r+1, c), (r, c), (r+1, c+1), ...)
 _TRI = np.array([[[1, 0], [0, 0], [1, 1]],
-                 [[0, 0], [1, 1], [0, 1]]])
+                 [[0, 0], [1, 1], [0, 1]]]).astype(np.int32)
 
 
 class HField(NamedTuple):

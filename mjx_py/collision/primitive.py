@@ -377,11 +377,11 @@ def _bit(x, k):
 # the 12 box edges in MuJoCo's order (edge axis j, then corner index i with bit j clear): axis,
 # corner index, centre sign pattern (0 along the edge), one-hot of the axis
 _EDGES = [(j, i) for j in range(3) for i in range(8) if not i & (1 << j)]
-_EDGE_AXIS = np.array([j for j, _ in _EDGES])
-_EDGE_CORNER = np.array([i for _, i in _EDGES])
+_EDGE_AXIS = np.array([j for j, _ in _EDGES]).astype(np.int32)
+_EDGE_CORNER = np.array([i for _, i in _EDGES]).astype(np.int32)
 _EDGE_SIGN = np.array([[0.0 if k == j else _CORNERS[i, k] for k in range(3)] for j, i in _EDGES])
 _EDGE_ONEHOT = np.eye(3)[_EDGE_AXIS]
-_EDGE_ROWS = np.arange(12)
+_EDGE_ROWS = np.arange(12).astype(np.int32)
 
 
 def capsule_box(pos1, mat1, size1, pos2, mat2, size2, margin):
@@ -538,15 +538,15 @@ def capsule_box(pos1, mat1, size1, pos2, mat2, size2, margin):
 
 # face f (axis f % 3, negative side when f >= 3) -> signed permutation P with P's last row the
 # face's outward normal: row k of P is _FSIGN[f, k] * e_{_FPERM[f, k]} (MuJoCo's "rotmore")
-_FPERM = np.array([[2, 1, 0], [0, 2, 1], [0, 1, 2], [2, 1, 0], [0, 2, 1], [0, 1, 2]])
+_FPERM = np.array([[2, 1, 0], [0, 2, 1], [0, 1, 2], [2, 1, 0], [0, 2, 1], [0, 1, 2]], np.int32)
 _FSIGN = np.array([[-1, 1, 1], [1, -1, 1], [1, 1, 1], [1, 1, -1], [1, 1, -1], [-1, 1, -1]], float)
 # the two axes other than k, in MuJoCo's (edge-edge) order
-_OTHER = np.array([[1, 2], [0, 2], [1, 0]])
-_OTHER_ASC = np.array([[1, 2], [0, 2], [0, 1]])   # ascending
+_OTHER = np.array([[1, 2], [0, 2], [1, 0]], np.int32)
+_OTHER_ASC = np.array([[1, 2], [0, 2], [0, 1]]).astype(np.int32)   # ascending
 # edge-edge separating axes in MuJoCo's order: box 1 axis i, box 2 axis j
-_SAT_I = np.repeat(np.arange(3), 3)
-_SAT_J = np.tile(np.arange(3), 3)
-_SAT_ROWS = np.arange(9)
+_SAT_I = np.repeat(np.arange(3), 3).astype(np.int32)
+_SAT_J = np.tile(np.arange(3), 3).astype(np.int32)
+_SAT_ROWS = np.arange(9).astype(np.int32)
 # rect corner signs (i // 2 -> x, i % 2 -> y), i = 0..3
 _RECT = np.array([[-1, -1], [-1, 1], [1, -1], [1, 1]], float)
 NBOXBOX = 24     # candidate points of each path
@@ -555,8 +555,8 @@ NBOXBOXCON = 9   # contact slots (see box_box)
 
 # crossing candidates of 4 segments with the rectangle's lines, in MuJoCo's order: segment,
 # then the crossed coordinate q (x = +-lx or y = +-ly), then the side j
-_XSEG = np.repeat(np.arange(4), 4)
-_XQ = np.tile(np.repeat(np.arange(2), 2), 4)
+_XSEG = np.repeat(np.arange(4), 4).astype(np.int32)
+_XQ = np.tile(np.repeat(np.arange(2), 2), 4).astype(np.int32)
 _XJ = np.tile(np.array([-1.0, 1.0]), 8)
 
 

@@ -218,8 +218,10 @@ def _sizes(ctx: Ctx, out: dict):
     if k in ('nconmax', 'njmax', 'nstack') and v < -1:
       raise node.error(f'{k} must be >= -1', k)
   ctx.size = size
-  # legacy contact-buffer size (-1: not set); put_model turns it into the static capacity
+  # legacy contact-buffer and constraint-row sizes (-1: not set); put_model turns them into
+  # the static capacities
   out['nconmax'] = int(size['nconmax'])
+  out['njmax'] = int(size['njmax'])
   stat = ctx._merged('statistic')
   if stat['extent'] is not None and stat['extent'] <= 0:
     raise ctx.sections['statistic'][-1].error('extent must be strictly positive', 'extent')

@@ -1,0 +1,107 @@
+"""The dual solvers (PGS and noslip, mjx_py.dual) inside forward(), against mj_forward.
+
+Models: the constraint feature models (equality, friction loss, limits, tendons, contacts with
+condim 1, 3, 4 and 6), scenes with contacts (an arm pushing a box, a gripper, loops, a
+quadruped on a height field) and the bundled box stack and humanoid. Settings, in turn over the
+sorted model list: PGS with pyramidal and elliptic cones, and Newton / CG followed by noslip
+(noslip_iterations 5) under both cones; tolerance 1e-10 (noslip_tolerance 1e-10). States as in
+test_forward_constraints (oracle.states: a perturbed reset state and 40 mj_step steps later, with
+MuJoCo's warm start).
+
+PGS and noslip sweep the rows in MuJoCo's order with MuJoCo's updates, so the iterations are
+replicated, not just the optimum: solver_niter equals MuJoCo's, and qacc, qfrc_constraint
+(1e-6 relative), efc_force (1e-6 of the largest force, up to the order of contacts within one
+geom pair), efc_b and efc_AR (1e-8 relative) match, and efc_state equals MuJoCo's dual states
+where the force is not at a state boundary. Both states run in one jit(vmap(forward)) call per
+model.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax
+import mujoco
+import numpy as np
+import oracle
+import pytest
+from oracle import ROOT
+
+import mjx_py
+
+_FEATURES = ('constraint_rows', 'constraint_contacts', 'equality_all', 'tendons_spatial',
+             'contact_params')
+_SCENES = ('arm_push', 'hand_grasp', 'loops', 'quadruped_hfield')
+MODELS = sorted([os.path.join(ROOT, 'tests', 'models', f + '.xml') for f in _FEATURES]
+                + [os.path.join(ROOT, 'tests', 'models', 'scenes', f + '.xml') for f in _SCENES]
+                + [os.path.join(ROOT, 'models', f + '.xml') for f in ('box_stack', 'humanoid')])
+SETTINGS = [('PGS', 'pyramidal', 0), ('Newton', 'elliptic', 5), ('PGS', 'elliptic', 0),
+            ('CG', 'pyramidal', 5)]
+RTOL = 1e-6
+
+
+@pytest.fixture(autouse=True, scope='module')
+def _float64():
+  with jax.enable_x64(True):
+    yield
+
+
+def _setting(i):
+  solver, cone, noslip = SETTINGS[i % len(SETTINGS)]
+  return (f'<option solver="{solver}" cone="{cone}" noslip_iterations="{noslip}" '
+          'tolerance="1e-10" noslip_tolerance="1e-10"/>')
+
+
+def _dense_ar(mj, ref):
+  n = ref.nefc
+  if mujoco.mj_isSparse(mj):
+    return oracle.sparse_rows(mj, ref.efc_AR, ref.efc_AR_rownnz, ref.efc_AR_rowadr,
+                              ref.efc_AR_colind, n)[:, :n]
+  return ref.efc_AR[:n * n].reshape(n, n)
+
+
+def test_pgs_and_noslip_settings_cover_both_cones():
+  kinds = {(s == 'PGS', n > 0, c) for s, c, n in SETTINGS}
+  assert {(True, False, 'pyramidal'), (True, False, 'elliptic'), (False, True, 'pyramidal'),
+          (False, True, 'elliptic')} <= kinds
+
+
+@pytest.mark.parametrize('i,path', list(enumerate(MODELS)),
+                         ids=[oracle.model_id(p) for p in MODELS])
+def test_dual_solvers_match_mujoco(i, path):
+  xml = oracle.with_option(oracle.read(path), _setting(i))
+  assets = oracle.assets(path)
+  mj = mujoco.MjModel.from_xml_string(xml, assets)
+  m = mjx_py.from_xml_string(xml, assets)
+  states = oracle.states(mj, np.random.default_rng(i))
+  assert all(r.ncon <= m.nconmax for r, _ in states), 'contact capacity'
+  d = oracle.ours(m, states)
+  for k, (ref, _) in enumerate(states):
+    where = (f'{oracle.model_id(path)} state {k} ({_setting(i)}; MuJoCo niter '
+             f'{ref.solver_niter[0]}, ours {int(d.solver_niter[k])}, nefc {ref.nefc})')
+    n = ref.nefc
+    assert int(d.ncon[k]) == ref.ncon, where
+    assert int(d.nefc[k]) == n, where
+    np.testing.assert_array_equal(np.asarray(d.efc_type[k, :n]), ref.efc_type, where)
+    assert int(d.solver_niter[k]) == ref.solver_niter[0], where
+    scale_b = max(1.0, np.abs(ref.efc_b).max(initial=0))
+    np.testing.assert_allclose(np.asarray(d.efc_b[k, :n]), ref.efc_b, atol=1e-8 * scale_b,
+                               rtol=0, err_msg=where)
+    AR = _dense_ar(mj, ref)
+    np.testing.assert_allclose(np.asarray(d.efc_AR[k, :n, :n]), AR,
+                               atol=1e-8 * max(1.0, np.abs(AR).max(initial=0)), rtol=0,
+                               err_msg=where)
+    for field in ('qacc', 'qfrc_constraint'):
+      ours, theirs = np.asarray(getattr(d, field)[k]), getattr(ref, field)
+      err = np.max(np.abs(ours - theirs), initial=0) / max(1.0, np.abs(theirs).max(initial=0))
+      assert err < RTOL, f'{where} {field}: relative error {err:.2e}'
+    force = np.asarray(d.efc_force[k, :n])
+    scale = max(1.0, np.abs(ref.efc_force).max(initial=0))
+    key = oracle.pair_keys(ref, n)
+    np.testing.assert_allclose(oracle.by_pair(force, key), oracle.by_pair(ref.efc_force, key),
+                               atol=RTOL * scale, rtol=0, err_msg=where)
+    if not np.allclose(force, ref.efc_force, atol=RTOL * scale, rtol=0):
+      continue   # contacts of one geom pair in another order
+    settled = np.abs(ref.efc_force) > 1e-9 * scale
+    np.testing.assert_array_equal(np.asarray(d.efc_state[k, :n])[settled],
+                                  ref.efc_state[settled], where)
