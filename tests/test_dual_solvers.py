@@ -3,8 +3,10 @@
 Models: the constraint feature models (equality, friction loss, limits, tendons, contacts with
 condim 1, 3, 4 and 6), scenes with contacts (an arm pushing a box, a gripper, loops, a
 quadruped on a height field) and the bundled box stack and humanoid. Settings, in turn over the
-sorted model list: PGS with pyramidal and elliptic cones, and Newton / CG followed by noslip
-(noslip_iterations 5) under both cones; tolerance 1e-10 (noslip_tolerance 1e-10). States as in
+sorted model list: PGS with pyramidal and elliptic cones, and Newton followed by noslip
+(noslip_iterations 5) under both cones; tolerance 1e-10 (noslip_tolerance 1e-10). Noslip
+follows Newton, which converges, so that noslip starts from the same forces on both sides (a
+CG stopped by its iteration count ends where rounding takes it). States as in
 test_forward_constraints (oracle.states: a perturbed reset state and 40 mj_step steps later, with
 MuJoCo's warm start).
 
@@ -36,7 +38,7 @@ MODELS = sorted([os.path.join(ROOT, 'tests', 'models', f + '.xml') for f in _FEA
                 + [os.path.join(ROOT, 'tests', 'models', 'scenes', f + '.xml') for f in _SCENES]
                 + [os.path.join(ROOT, 'models', f + '.xml') for f in ('box_stack', 'humanoid')])
 SETTINGS = [('PGS', 'pyramidal', 0), ('Newton', 'elliptic', 5), ('PGS', 'elliptic', 0),
-            ('CG', 'pyramidal', 5)]
+            ('Newton', 'pyramidal', 5)]
 RTOL = 1e-6
 
 
@@ -64,6 +66,21 @@ def test_pgs_and_noslip_settings_cover_both_cones():
   kinds = {(s == 'PGS', n > 0, c) for s, c, n in SETTINGS}
   assert {(True, False, 'pyramidal'), (True, False, 'elliptic'), (False, True, 'pyramidal'),
           (False, True, 'elliptic')} <= kinds
+
+
+def _on_cone_boundary(ref, scale):
+  """Rows of elliptic contacts whose force lies on the friction cone (mu N = T to rounding:
+  the QCQP puts active friction exactly there, and rounding picks the dual state)."""
+  out = np.zeros(ref.nefc, bool)
+  for c in range(ref.ncon):
+    adr, dim = ref.contact.efc_address[c], ref.contact.dim[c]
+    if adr < 0 or ref.efc_type[adr] != mujoco.mjtConstraint.mjCNSTR_CONTACT_ELLIPTIC:
+      continue
+    f = ref.efc_force[adr:adr + dim]
+    fr = ref.contact.friction[c, :dim - 1]
+    T = np.linalg.norm(f[1:] / fr)
+    out[adr:adr + dim] = abs(f[0] - T) <= 1e-9 * scale     # mu N = f_0
+  return out
 
 
 @pytest.mark.parametrize('i,path', list(enumerate(MODELS)),
@@ -102,6 +119,6 @@ def test_dual_solvers_match_mujoco(i, path):
                                atol=RTOL * scale, rtol=0, err_msg=where)
     if not np.allclose(force, ref.efc_force, atol=RTOL * scale, rtol=0):
       continue   # contacts of one geom pair in another order
-    settled = np.abs(ref.efc_force) > 1e-9 * scale
+    settled = (np.abs(ref.efc_force) > 1e-9 * scale) & ~_on_cone_boundary(ref, scale)
     np.testing.assert_array_equal(np.asarray(d.efc_state[k, :n])[settled],
                                   ref.efc_state[settled], where)
