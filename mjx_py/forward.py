@@ -8,10 +8,10 @@ forward(m, d) -> d   (mj_forward, mj_forwardSkip with skipsensor)
             energy[1] with the energy flag
   actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (the solver: qacc,
   qfrc_constraint, efc_force), acceleration sensors
-step(m, d) -> d      (mj_step) check_pos, check_vel, forward, check_acc (mjx_py.check: worlds
-                     with NaN / huge values are counted in warning_counts and reset), then the
-                     integrator chosen by m.opt.integrator (RK4's intermediate evaluations skip
-                     the sensors, as MuJoCo's do).
+step(m, d) -> d      (mj_step) check_pos, check_vel, forward, check_acc, then the integrator
+                     chosen by m.opt.integrator (RK4's intermediate evaluations skip the sensors,
+                     as MuJoCo's do); worlds with NaN / huge values are counted in
+                     warning_counts and reset (mjx_py.check).
 
 Model options are static: m.opt.integrator, solver, cone and the disable flags pick the code
 that is traced.
@@ -117,17 +117,19 @@ def _forward_skip_sensor(m, d):
 
 
 def step(m, d):
-  """One simulation step (mj_step): the qpos / qvel checks, forward dynamics, the qacc check
-  (mjx_py.check: bad worlds are flagged and reset), then integration."""
+  """One simulation step (mj_step): the qpos / qvel checks, forward dynamics, the qacc check,
+  then integration (mjx_py.check: bad worlds are flagged and reset)."""
   integrator = m.opt.integrator
   d = check.check_pos(m, d)
   d = check.check_vel(m, d)
   d = forward(m, d)
-  d = check.check_acc(m, d, forward)
+  d, bad = check.check_acc(m, d)
   if integrator == RK4:
-    return integrate.rk4(m, d, _forward_skip_sensor)
-  if integrator == EULER:
-    return integrate.euler(m, d)
-  if integrator == IMPLICIT:
-    return integrate.implicit(m, d)
-  return integrate.implicitfast(m, d)
+    d = integrate.rk4(m, d, _forward_skip_sensor)
+  elif integrator == EULER:
+    d = integrate.euler(m, d)
+  elif integrator == IMPLICIT:
+    d = integrate.implicit(m, d)
+  else:
+    d = integrate.implicitfast(m, d)
+  return check.reset_after(m, d, bad)
