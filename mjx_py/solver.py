@@ -1,11 +1,13 @@
 """The constraint solver: MuJoCo 3.3.3's mj_fwdConstraint with its primal solvers (mj_solNewton,
-mj_solCG; engine_solver.c / engine_forward.c) for one world, in fixed-capacity buffers.
+mj_solCG; engine_solver.c / engine_forward.c) for one world, in fixed-capacity buffers; the
+dual solvers (PGS, noslip) are in mjx_py.dual and are dispatched from here.
 
 solve(m, d) -> d
   reads  qM (nv, nv), qfrc_smooth, qacc_smooth, qacc_warmstart (nv,); the efc_* rows of
          mjx_py.constraint (efc_type, efc_J, efc_aref, efc_D, efc_R, efc_frictionloss, nefc);
          contact.efc_address, dim, mu, friction (elliptic cones)
-  writes qacc, qfrc_constraint, qacc_warmstart (= qacc, as mj_fwdConstraint) (nv,); contact.H
+  writes qacc, qfrc_constraint, qacc_warmstart (= the main solver's qacc, as mj_fwdConstraint)
+         (nv,); efc_b = J qacc_smooth - aref (nefc_max,); contact.H
          (nconmax, 36): the cone Hessians of the contacts in the cone's middle zone (row-major
          dim x dim, zero elsewhere); efc_force, efc_state (nefc_max,); solver_niter,
          solver_improvement, solver_gradient ()
@@ -70,8 +72,18 @@ iterations or the line search.
 
 Unused rows (efc_type -1) have no cost, zero force and efc_state -1. MuJoCo's islands
 (enableflags island) change only the statistics and the order of the work, not the optimum;
-they are not modelled. PGS (opt.solver 0) and the noslip solver are not implemented: such
-models raise NotSupportedError when traced.
+they are not modelled.
+
+PGS (opt.solver 0) and noslip (opt.noslip_iterations > 0) run mjx_py.dual's sweeps on efc_AR
+and efc_b. PGS warm-starts from the primal forces at qacc_warmstart unless their dual cost is
+positive (then from zero), as MuJoCo's warmstart; qacc = qacc_smooth + M^-1 J' efc_force. Its
+gradients are the implicit ones above, with the active set of the primal constraint update at
+PGS's qacc (the same optimum). Noslip runs after the main solver (qacc_warmstart keeps the main
+solver's qacc) and replaces efc_force, qacc and qfrc_constraint; its change carries no
+derivative (the gradients are the main solver's: noslip only removes the regularizer's slip from
+the friction forces), and its statistics follow the main solver's in the Solution arrays
+(length opt.iterations + opt.noslip_iterations), solver_niter counting both. In float32
+noslip_tolerance is floored at F32_TOLERANCE like tolerance.
 """
 
 from __future__ import annotations
@@ -112,9 +124,11 @@ class Solution(NamedTuple):
 
   efc_force (nefc_max,) constraint forces; efc_state (nefc_max,) int32 mjtConstraintState (-1
   on unused rows); solver_niter () int32 iterations used; solver_improvement, solver_gradient,
-  solver_lineslope (iterations,) the scaled cost improvement, gradient norm and final line
-  slope of each iteration (0 after the last); solver_nactive, solver_nchange, solver_neval
-  (iterations,) int32 rows not satisfied, rows whose state changed, line-search evaluations.
+  solver_lineslope (K,) the scaled cost improvement, gradient norm and final line slope of each
+  iteration (0 after the last; PGS and noslip: improvement only); solver_nactive,
+  solver_nchange, solver_neval (K,) int32 rows not satisfied, rows whose state changed,
+  line-search evaluations; K = opt.iterations + opt.noslip_iterations (noslip's iterations
+  follow the main solver's).
   """
   efc_force: jax.Array
   efc_state: jax.Array
@@ -825,7 +839,7 @@ def solve_info(m, d):
   efc_b = d.efc_J @ d.qacc_smooth - d.efc_aref
   use_dual = bool(dual_rows(m))
   if use_dual:
-    dp = dual.problem(d, lax.stop_gradient(d.efc_AR), lax.stop_gradient(efc_b))
+    dp = jax.tree_util.tree_map(lax.stop_gradient, dual.problem(d, d.efc_AR, efc_b))
     Minv = linalg.inverse(ps.M)
 
   contact = d.contact

@@ -1,8 +1,9 @@
 """The dual solvers (PGS and noslip, mjx_py.dual) inside forward(), against mj_forward.
 
 Models: the constraint feature models (equality, friction loss, limits, tendons, contacts with
-condim 1, 3, 4 and 6), scenes with contacts (an arm pushing a box, a gripper, loops, a
-quadruped on a height field) and the bundled box stack and humanoid. Settings, in turn over the
+condim 1, 3, 4 and 6), two scenes (a gripper, closed loops) and the bundled box stack and
+humanoid (8 models, two per setting; the arm, quadruped and contact_params models also passed
+when they were in the list, left out to save CI time). Settings, in turn over the
 sorted model list: PGS with pyramidal and elliptic cones, and Newton followed by noslip
 (noslip_iterations 5) under both cones; tolerance 1e-10 (noslip_tolerance 1e-10). Noslip
 follows Newton, which converges, so that noslip starts from the same forces on both sides (a
@@ -31,9 +32,8 @@ from oracle import ROOT
 
 import mjx_py
 
-_FEATURES = ('constraint_rows', 'constraint_contacts', 'equality_all', 'tendons_spatial',
-             'contact_params')
-_SCENES = ('arm_push', 'hand_grasp', 'loops', 'quadruped_hfield')
+_FEATURES = ('constraint_rows', 'constraint_contacts', 'equality_all', 'tendons_spatial')
+_SCENES = ('hand_grasp', 'loops')
 MODELS = sorted([os.path.join(ROOT, 'tests', 'models', f + '.xml') for f in _FEATURES]
                 + [os.path.join(ROOT, 'tests', 'models', 'scenes', f + '.xml') for f in _SCENES]
                 + [os.path.join(ROOT, 'models', f + '.xml') for f in ('box_stack', 'humanoid')])

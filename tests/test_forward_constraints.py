@@ -1,20 +1,20 @@
 """forward() with the constraint solver on, against mj_forward, on every test model.
 
 Every bundled model (models/), the scenes of tests/models/scenes/ and the feature models of
-tests/models/ that have constraints (FEATURES) run with one of the four solver
-/ cone settings (Newton or CG, pyramidal or elliptic, in turn over the sorted model list, so each
-setting covers a quarter of the models), noslip off (tests/test_dual_solvers.py covers PGS and noslip) and a tighter tolerance
-(1e-10, so that both sides are converged). States: a random perturbation of the reset state (qpos0
-or keyframe 0), and the state 40 mj_step steps later, with MuJoCo's warm start on both sides.
-Compared in float64: ncon and nefc equal, efc_type / efc_id equal (the same rows in MuJoCo's
+tests/models/ that have constraints (FEATURES) run with one of the four solver / cone settings
+(Newton or CG, pyramidal or elliptic, in turn over the sorted model list, so each setting covers a
+quarter of the models), noslip off (tests/test_dual_solvers.py covers PGS and noslip) and a tighter
+tolerance (1e-10, so that both sides are converged). States: a random perturbation of the reset
+state (qpos0 or keyframe 0), and the state 40 mj_step steps later, with MuJoCo's warm start on both
+sides. Compared in float64: ncon and nefc equal, efc_type / efc_id equal (the same rows in MuJoCo's
 order), the solver statistics written into Data (solver_niter > 0 when there are rows), and our
 qacc's total cost (Gauss + constraint cost, evaluated by MuJoCo's mj_constraintUpdate) no larger
 than MuJoCo's own (to 1e-10 relative). Where the problem is reasonably conditioned (every efc_D
 below 1e12; a row whose regularizer R sits at MuJoCo's floor has D up to 1e15, and then two correct
 solvers agree on the cost but not on qacc), also qacc and qfrc_constraint within 1e-6 relative (to
 max(1, |ref|)), efc_force on the used rows within 1e-6 of the largest force, and efc_state equal
-where the row's force is not at a state boundary. Both states run in one jit(vmap(forward)) call
-per model.
+where the row's force is not at a state boundary. Both states run in one jit(vmap(forward)) call per
+model.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Rollouts with contacts, limits, friction and equality constraints against MuJoCo's mj_step.
 
 Models: models/humanoid.xml (the "stand" keyframe raised 2 cm: it drops onto its feet and falls
-under random motor commands), models/box_stack.xml (its "tumbled" keyframe, with
-noslip_iterations="0": we refuse the noslip solver), and the scenes in tests/models/scenes:
+under random motor commands), models/box_stack.xml (its "tumbled" keyframe; Newton followed by
+the noslip solver, the model's noslip_iterations="2"), and the scenes in tests/models/scenes:
 arm_push.xml (a 4-dof arm pushing a free box), quadruped_hfield.xml (a quadruped on a height
 field), loops.xml (four-bar closed by a connect, a loop closed by a weld, a polycoef joint
 coupling) and hand_grasp.xml (a 2-finger gripper grasping a box, elliptic cone, condim 4/6).
@@ -10,8 +10,8 @@ coupling) and hand_grasp.xml (a 2-finger gripper grasping a box, elliptic cone, 
 1. Parity (float64): 100 steps of one jitted ``lax.scan`` over ``mjx_py.step`` against 100
    ``mujoco.mj_step`` calls from the same state with the same smooth controls; qpos and qvel
    must agree to 1e-4 relative to max(1, |MuJoCo's value|) at every step.
-2. Sanity (float32, the default precision): 5000 steps (with MJX_PY_LONG=1; 300 in CI) of the
-   same scan: the state stays
+2. Sanity (float32, the default precision): 5000 steps (with MJX_PY_LONG=1; 300 in CI, where
+   the quadruped is left out) of the same scan: the state stays
    finite, |qvel| stays under a physical bound, free bodies stay above the ground and no
    warning counter (contact/constraint buffer overflow, bad qacc, bad ctrl) fires.
 
@@ -94,8 +94,9 @@ CASES = {
     # rounding. Sinking free body k by (k + 1) * 0.2 mm makes each resting contact penetrate
     # by >= 0.2 mm. MuJoCo: max |qvel| 7.1 (the ball's spin, step 25), min z 0.039 (the capsule
     # of radius 0.04 lying on the floor).
+    # Run with the model's own noslip_iterations="2" (Newton, then the noslip solver).
     'box_stack': Case(os.path.join(ROOT, 'models', 'box_stack.xml'), key=0, sink=2e-4,
-                      option='<option noslip_iterations="0"/>', qvel_bound=30.0, z_min=0.02),
+                      qvel_bound=30.0, z_min=0.02),
     # MuJoCo: max |qvel| 10.7 (the box's spin when the fingertip hits it, step 23); the box
     # (half-size 0.06) rests at z = 0.06.
     'arm_push': Case(os.path.join(SCENES, 'arm_push.xml'), key=0,
@@ -247,7 +248,13 @@ def test_rollout_matches_mujoco(name):
 # ---------------------------------------------------------------------------------------------
 # 2. long float32 rollouts: finite, bounded, above the ground, no warnings
 
-@pytest.mark.parametrize('name', list(CASES))
+# CI leaves out the quadruped's sanity run (its float32 compile and 300 steps cost ~75 s of the
+# CI budget; its float64 parity run stays); MJX_PY_LONG=1 runs every case
+SANITY = list(CASES) if os.environ.get('MJX_PY_LONG') else [
+    n for n in CASES if n != 'quadruped_hfield']
+
+
+@pytest.mark.parametrize('name', SANITY)
 def test_rollout_float32_sane(name):
   case = CASES[name]
   mj = _mujoco_model(case)

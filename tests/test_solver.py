@@ -20,7 +20,7 @@ solves; all states of a case run in one jit(vmap(...)) call.
    whole pipeline up to the solve: finite in float32, equal to central finite differences in
    float64 where the active set does not change (both cones; sliding and sticking contacts, a
    limit and a friction-loss row).
-4. PGS and noslip are refused.
+   The same with PGS (iterated to convergence): its gradients are the same implicit ones.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from oracle import ROOT, dense_qM, dense_ten_J, fill_contacts, read, with_option
 import mjx_py
 from mjx_py import actuation, constraint, solver
 from mjx_py.data import EMPTY_DIST
-from mjx_py.errors import NotSupportedError
 from mjx_py.forward import fwd_acceleration, fwd_position, fwd_velocity
 
 MODELS = os.path.join(ROOT, 'models')
@@ -274,20 +273,12 @@ def test_vmap_equals_loop():
       assert _rel(a, b) < 1e-9
 
 
-def test_not_supported():
-  for option, what in (('<option solver="PGS"/>', 'PGS'), ('<option noslip_iterations="3"/>',
-                                                          'noslip')):
-    m = mjx_py.from_xml_string(with_option(read(ROWS), option))
-    with pytest.raises(NotSupportedError, match=what):
-      jax.eval_shape(solver.solve, m, mjx_py.make_data(m))
-
-
 # ---------------------------------------------------------------------------------------------
 # Gradients through the whole pipeline up to the solve
 
 GRAD_XML = """
 <mujoco>
-  <option timestep="0.002" cone="{cone}" impratio="{impratio}"/>
+  <option timestep="0.002" cone="{cone}" impratio="{impratio}" {solver}/>
   <worldbody>
     <geom name="floor" type="plane" size="3 3 0.1" friction="0.3 0.005 0.0001"/>
     <body name="slider" pos="0 0 0.0495">
@@ -316,8 +307,11 @@ def _pipeline(m, d):
   return constraint.make_constraint(m, d)
 
 
-def _grad_setup(cone):
-  xml = GRAD_XML.format(cone=cone, impratio=1.0 if cone == 'pyramidal' else 1.5)
+def _grad_setup(cone, pgs=False):
+  # PGS: iterated to convergence, so that finite differences of its output see the optimum
+  solver_opt = 'solver="PGS" iterations="2000" tolerance="1e-14"' if pgs else ''
+  xml = GRAD_XML.format(cone=cone, impratio=1.0 if cone == 'pyramidal' else 1.5,
+                        solver=solver_opt)
   m = mjx_py.from_xml_string(xml)
   d = mjx_py.make_data(m)
   qvel = np.zeros(m.nv)
@@ -349,9 +343,10 @@ SOLVE_INPUTS = ('qM', 'qfrc_smooth', 'qacc_smooth', 'efc_J', 'efc_aref', 'efc_D'
                 'efc_frictionloss')
 
 
-@pytest.mark.parametrize('cone', ['pyramidal', 'elliptic'])
-def test_gradients_match_finite_differences(cone):
-  m, d, w = _grad_setup(cone)
+@pytest.mark.parametrize('cone,pgs', [('pyramidal', False), ('elliptic', False),
+                                      ('pyramidal', True)], ids=['pyramidal', 'elliptic', 'pgs'])
+def test_gradients_match_finite_differences(cone, pgs):
+  m, d, w = _grad_setup(cone, pgs)
   loss = _loss_fns(m, d, w)
   fr0 = m.geom_friction[1, 0]
   # one compiled function: the loss, its gradient and the constraint states (the finite
@@ -383,7 +378,8 @@ def test_gradients_match_finite_differences(cone):
   err_f = abs(float(gf) - float(fd_f)) / max(1.0, abs(float(fd_f)))
   assert err_q < 1e-5 and err_f < 1e-5, (err_q, err_f, np.asarray(gq), fd_q, gf, fd_f)
   assert abs(float(gf)) > 1e-3 and np.max(np.abs(np.asarray(gq))) > 1e-3
-  print(f'{cone}: gradient vs central differences: qvel {err_q:.2e}, friction {err_f:.2e}')
+  print(f'{cone} {"PGS" if pgs else ""}: gradient vs central differences: qvel {err_q:.2e}, '
+        f'friction {err_f:.2e}')
   if cone == 'elliptic':
     _check_float32(m, rows, out, st0, w)
 
