@@ -24,7 +24,8 @@ energy_pos(m, d), energy_vel(m, d)   (mj_energyPos / mj_energyVel, the energy en
          qvel' qM qvel / 2)
 rne_post_constraint(m, d, contact_force=None)   (mj_rnePostConstraint)
   writes cacc (body accelerations with qacc, the world accelerating at -gravity),
-         cfrc_ext (xfrc_applied and contact forces as com-based wrenches), cfrc_int (the
+         cfrc_ext (xfrc_applied, contact and connect / weld forces as com-based wrenches),
+         cfrc_int (the
          interaction wrench between each body and its parent)
 
 Sensor outputs go to sensordata[sensor_adr : sensor_adr + dim] in the sensor's frame
@@ -91,6 +92,8 @@ CNSTR_LIMIT_JOINT, CNSTR_LIMIT_TENDON = 3, 4
 TRN_TENDON = 3
 FREE, BALL = 0, 1
 DSBL_CONSTRAINT, DSBL_EQUALITY, DSBL_LIMIT, DSBL_CONTACT = 1, 2, 8, 16
+EFC_EQUALITY = 0                     # mjCNSTR_EQUALITY
+EQ_CONNECT, EQ_WELD = 0, 1           # mjtEq
 DSBL_PASSIVE, DSBL_GRAVITY, DSBL_SENSOR, DSBL_NATIVECCD = 1 << 5, 1 << 6, 1 << 12, 1 << 16
 MAXVAL = 1e10
 
@@ -611,16 +614,53 @@ def _com_wrench(m, d, body, point, wrench):
                          axis=-1)
 
 
-def rne_post_constraint(m, d, contact_force=None):
+def _equality_wrenches(m, d, efc_force):
+  """The connect / weld constraint forces as com-based wrenches (nbody, 6), MuJoCo's
+  mj_rnePostConstraint: each connect / weld equality's first 3 rows are a world force, a
+  weld's next 3 a world torque; the wrench acts at the body-1 point (connect: anchor
+  eq_data[0:3], weld: eq_data[3:6], in body 1's frame; site form: the site) added to body 1,
+  and at the body-2 point (connect: eq_data[3:6], weld: eq_data[0:3]; site form: the site)
+  subtracted from body 2. Rows are found by efc_type / efc_id (an inactive equality has none)."""
+  dt = d.qvel.dtype
+  n = d.efc_type.shape[0]
+  ids = jnp.arange(m.neq)
+  mine = (d.efc_type[None, :] == EFC_EQUALITY) & (d.efc_id[None, :] == ids[:, None])
+  has = jnp.any(mine, axis=1) & ((m.eq_type == EQ_CONNECT) | (m.eq_type == EQ_WELD))
+  first = jnp.argmax(mine, axis=1)
+  rows = jnp.clip(first[:, None] + jnp.arange(6)[None, :], 0, n - 1)
+  f = efc_force[rows]                                           # (neq, 6)
+  weld = m.eq_type == EQ_WELD
+  wrench = jnp.concatenate([jnp.where(weld[:, None], f[:, 3:], 0.0), f[:, :3]], axis=1)
+  site = m.eq_objtype == OBJ_SITE
+  xmat = d.xmat.reshape(-1, 3, 3)
+  data = m.eq_data
+  out = jnp.zeros((m.nbody, 6), dt)
+  for obj, local, sign in ((m.eq_obj1id, jnp.where(weld[:, None], data[:, 3:6], data[:, 0:3]),
+                            1.0),
+                           (m.eq_obj2id, jnp.where(weld[:, None], data[:, 0:3], data[:, 3:6]),
+                            -1.0)):
+    b = jnp.clip(obj, 0, m.nbody - 1)
+    pos = d.xpos[b] + jnp.einsum('nij,nj->ni', xmat[b], local)
+    if m.nsite:
+      sid = jnp.clip(obj, 0, m.nsite - 1)
+      b = jnp.where(site, m.site_bodyid[sid], b)
+      pos = jnp.where(site[:, None], d.site_xpos[sid], pos)
+    w = _com_wrench(m, d, b, pos, wrench)
+    target = jnp.where(has & (b > 0), b, m.nbody)                 # world and none: dropped
+    out = out.at[target].add(sign * w, mode='drop')
+  return out
+
+
+def rne_post_constraint(m, d, contact_force=None, efc_force=None):
   """cacc, cfrc_ext and cfrc_int (mj_rnePostConstraint).
 
   cacc: body accelerations from qacc (cacc_parent + cdof_dot qvel + cdof qacc), the world at
   -gravity. cfrc_ext: xfrc_applied of every body (force at xipos, torque) and, with
   ``contact_force`` ((nconmax, 6) mj_contactForce of each contact, in its frame; None: no
   contact forces), each contact's force at its point, subtracted on geom1's body and added on
-  geom2's (world bodies skipped); all as (torque, force) about the subtree com.
+  geom2's (world bodies skipped); with ``efc_force`` (nefc_max,), the connect / weld
+  constraint forces (_equality_wrenches); all as (torque, force) about the subtree com.
   cfrc_int: cinert cacc + cvel x* (cinert cvel) - cfrc_ext, summed over subtrees.
-  Connect / weld constraint forces are not part of cfrc_ext here (see _check_equality_forces).
   """
   dt = d.qvel.dtype
   nbody = m.nbody
@@ -645,6 +685,9 @@ def rne_post_constraint(m, d, contact_force=None):
       w = _com_wrench(m, d, body, con.pos, wrench)
       target = jnp.where(used & (body > 0), body, nbody)       # world and unused: dropped
       ext = ext.at[target].add(sign * w, mode='drop')
+  if efc_force is not None and m.neq and set(m.eq_types) & {EQ_CONNECT, EQ_WELD} and not (
+      m.opt.disableflags & (DSBL_CONSTRAINT | DSBL_EQUALITY)):
+    ext = ext + _equality_wrenches(m, d, efc_force)
   # cacc: parent-to-child accumulation
   body_acc = jnp.zeros((nbody, 6), dt)
   if m.nv:
@@ -662,19 +705,6 @@ def _body_force(cinert, cacc, cvel):
   """cinert cacc + cvel x* (cinert cvel)."""
   return (math.mul_inert_vec(cinert, cacc)
           + math.cross_force(cvel, math.mul_inert_vec(cinert, cvel)))
-
-
-def _check_equality_forces(m, efc_force):
-  """Connect / weld constraint forces would enter cfrc_ext: refuse when they can exist."""
-  if efc_force is None:
-    return
-  flags = m.opt.disableflags
-  if flags & (DSBL_CONSTRAINT | DSBL_EQUALITY) or not m.neq:
-    return
-  if set(m.eq_types) & {0, 1}:
-    raise NotSupportedError(
-        'accelerometer / force / torque / framelinacc / frameangacc sensors with connect or '
-        'weld equality constraints: their constraint forces are not added to cfrc_ext yet')
 
 
 def _touch(m, d, site, frc):
@@ -765,9 +795,8 @@ def sensor_acc(m, d, efc_force=None):
   if JOINTLIMITFRC in types or TENDONLIMITFRC in types:
     _need_efc_force(m, efc_force, 'jointlimitfrc / tendonlimitfrc', 'limit')
   if any(t in _RNE_POST for t in types):
-    _check_equality_forces(m, efc_force)
     d = rne_post_constraint(
-        m, d, None if efc_force is None else contact_forces(m, d, efc_force))
+        m, d, None if efc_force is None else contact_forces(m, d, efc_force), efc_force)
   data = _run(m, d.sensordata, types, _acc_fns(m, d, types, efc_force))
   return dataclasses.replace(d, sensordata=_cutoff(m, data, ACC))
 

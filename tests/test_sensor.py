@@ -468,3 +468,63 @@ def test_user_and_plugin_sensors_are_refused():
   with pytest.raises(mjx_py.MJCFError, match="user 'u'"):
     mjx_py.from_xml_string(xml.replace('<jointpos name="q" joint="j"/>',
                                        '<user name="u" dim="2"/>'))
+
+
+EQUALITY_XML = """
+<mujoco>
+  <option timestep="0.002" tolerance="1e-12"/>
+  <default><geom type="capsule" size="0.02" contype="0" conaffinity="0"/></default>
+  <worldbody>
+    <body name="p1" pos="0 0 1"><joint type="hinge" axis="0 1 0"/>
+      <geom fromto="0 0 0 0.2 0 -0.2"/><site name="s1" pos="0.2 0 -0.2"/></body>
+    <body name="p2" pos="0.4 0 1"><joint type="hinge" axis="0 1 0"/>
+      <geom fromto="0 0 0 -0.15 0 -0.25"/><site name="s2" pos="-0.15 0 -0.25"/></body>
+    <body name="p3" pos="1 0 1"><joint type="ball"/>
+      <geom fromto="0 0 0 0.1 0.05 -0.25"/><site name="s3" pos="0.1 0.05 -0.25"/></body>
+    <body name="p4" pos="1.3 0 1"><joint type="slide" axis="0 0 1"/>
+      <joint type="hinge" axis="1 0 0"/>
+      <geom fromto="0 0 0 -0.2 0 -0.2"/><site name="s4" pos="-0.2 0 -0.2"/></body>
+    <body name="p5" pos="2 0 1"><joint type="hinge" axis="0 1 0"/>
+      <geom fromto="0 0 0 0 0 -0.3"/><site name="s5" pos="0 0 -0.3"/></body>
+    <body name="p6" pos="3 0 1"><joint type="ball"/>
+      <geom fromto="0 0 0 0.1 0 -0.25"/><site name="s6" pos="0.1 0 -0.25"/></body>
+    <body name="p7" pos="3.3 0 1"><joint type="hinge" axis="0 1 0"/>
+      <joint type="hinge" axis="1 0 0"/>
+      <geom fromto="0 0 0 -0.15 0 -0.25"/><site name="s7" pos="-0.15 0 -0.25"/></body>
+  </worldbody>
+  <equality>
+    <connect body1="p1" body2="p2" anchor="0.2 0 -0.2"/>
+    <connect site1="s3" site2="s4"/>
+    <weld body1="p5" anchor="0 0 -0.3" relpose="0 0 0.7 1 0 0 0" torquescale="0.5"/>
+    <weld site1="s6" site2="s7" torquescale="2"/>
+  </equality>
+  <sensor>
+    <accelerometer site="s1"/><force site="s1"/><torque site="s1"/>
+    <force site="s2"/><torque site="s2"/><force site="s3"/><torque site="s4"/>
+    <force site="s5"/><torque site="s5"/><accelerometer site="s6"/><force site="s6"/>
+    <torque site="s7"/><framelinacc objtype="body" objname="p4"/>
+    <frameangacc objtype="body" objname="p7"/>
+  </sensor>
+</mujoco>
+"""
+
+
+def test_equality_forces_in_cfrc_ext():
+  """Connect and weld forces (body and site forms, a weld to the world) enter cfrc_ext as
+  MuJoCo's mj_rnePostConstraint adds them: force / torque / accelerometer / frame-acceleration
+  sensors, cacc, cfrc_ext and cfrc_int through our whole forward pass against mj_forward."""
+  m, mj = oracle.both(EQUALITY_XML)
+  run = _jit(forward_fn)
+  rng = np.random.default_rng(7)
+  for k in range(3):
+    md = mujoco.MjData(mj)
+    md.qpos[:] = oracle.random_state(mj, rng, qpos_scale=0.1, mocap=False).qpos
+    md.qvel[:] = 0.3 * rng.standard_normal(mj.nv)
+    mujoco.mj_forward(mj, md)
+    mujoco.mj_rnePostConstraint(mj, md)
+    d = run(m, oracle.make_data(m, qpos=md.qpos.copy(), qvel=md.qvel.copy()))
+    assert md.ne == 18
+    _compare(mj, np.asarray(d.sensordata)[None], md.sensordata[None], f'state {k}')
+    for field in ('cacc', 'cfrc_ext', 'cfrc_int'):
+      np.testing.assert_allclose(np.asarray(getattr(d, field)), getattr(md, field), rtol=RTOL,
+                                 atol=1e-8, err_msg=f'state {k} {field}')
