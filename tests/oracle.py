@@ -278,3 +278,37 @@ def assets(path):
         with open(full, 'rb') as fh:
           assets[os.path.relpath(full, folder)] = fh.read()
   return assets
+
+
+def forward_case(path, option, seed):
+  """The model at ``path`` with ``option`` appended: (MjModel, our Model, states(), our batched
+  forward of them); asserts that MuJoCo's contacts fit our capacity."""
+  xml = with_option(read(path), option)
+  files = assets(path)
+  mj = mujoco.MjModel.from_xml_string(xml, files)
+  m = mjx_py.from_xml_string(xml, files)
+  st = states(mj, np.random.default_rng(seed))
+  assert all(r.ncon <= m.nconmax for r, _ in st), 'more contacts than the capacity'
+  return mj, m, st, ours(m, st)
+
+
+def case_label(path, option, ref, d, k):
+  return (f'{model_id(path)} state {k} ({option}; MuJoCo niter {ref.solver_niter[0]}, ours '
+          f'{int(d.solver_niter[k])}, nefc {ref.nefc})')
+
+
+def assert_solution_close(d, k, ref, where, rtol):
+  """qacc and qfrc_constraint within rtol relative (to max(1, |ref|)), efc_force within rtol of
+  the largest force up to the order of contacts within one geom pair; returns (our forces,
+  force scale)."""
+  for field in ('qacc', 'qfrc_constraint'):
+    mine, theirs = np.asarray(getattr(d, field)[k]), getattr(ref, field)
+    err = np.max(np.abs(mine - theirs), initial=0) / max(1.0, np.abs(theirs).max(initial=0))
+    assert err < rtol, f'{where} {field}: relative error {err:.2e}'
+  n = ref.nefc
+  force = np.asarray(d.efc_force[k, :n])
+  scale = max(1.0, np.abs(ref.efc_force).max(initial=0))
+  key = pair_keys(ref, n)
+  np.testing.assert_allclose(by_pair(force, key), by_pair(ref.efc_force, key),
+                             atol=rtol * scale, rtol=0, err_msg=where)
+  return force, scale

@@ -30,8 +30,6 @@ import oracle
 import pytest
 from oracle import ROOT
 
-import mjx_py
-
 _FEATURES = ('constraint_rows', 'constraint_contacts', 'equality_all', 'tendons_spatial')
 _SCENES = ('hand_grasp', 'loops')
 MODELS = sorted([os.path.join(ROOT, 'tests', 'models', f + '.xml') for f in _FEATURES]
@@ -86,16 +84,9 @@ def _on_cone_boundary(ref, scale):
 @pytest.mark.parametrize('i,path', list(enumerate(MODELS)),
                          ids=[oracle.model_id(p) for p in MODELS])
 def test_dual_solvers_match_mujoco(i, path):
-  xml = oracle.with_option(oracle.read(path), _setting(i))
-  assets = oracle.assets(path)
-  mj = mujoco.MjModel.from_xml_string(xml, assets)
-  m = mjx_py.from_xml_string(xml, assets)
-  states = oracle.states(mj, np.random.default_rng(i))
-  assert all(r.ncon <= m.nconmax for r, _ in states), 'contact capacity'
-  d = oracle.ours(m, states)
+  mj, _, states, d = oracle.forward_case(path, _setting(i), i)
   for k, (ref, _) in enumerate(states):
-    where = (f'{oracle.model_id(path)} state {k} ({_setting(i)}; MuJoCo niter '
-             f'{ref.solver_niter[0]}, ours {int(d.solver_niter[k])}, nefc {ref.nefc})')
+    where = oracle.case_label(path, _setting(i), ref, d, k)
     n = ref.nefc
     assert int(d.ncon[k]) == ref.ncon, where
     assert int(d.nefc[k]) == n, where
@@ -108,15 +99,7 @@ def test_dual_solvers_match_mujoco(i, path):
     np.testing.assert_allclose(np.asarray(d.efc_AR[k, :n, :n]), AR,
                                atol=1e-8 * max(1.0, np.abs(AR).max(initial=0)), rtol=0,
                                err_msg=where)
-    for field in ('qacc', 'qfrc_constraint'):
-      ours, theirs = np.asarray(getattr(d, field)[k]), getattr(ref, field)
-      err = np.max(np.abs(ours - theirs), initial=0) / max(1.0, np.abs(theirs).max(initial=0))
-      assert err < RTOL, f'{where} {field}: relative error {err:.2e}'
-    force = np.asarray(d.efc_force[k, :n])
-    scale = max(1.0, np.abs(ref.efc_force).max(initial=0))
-    key = oracle.pair_keys(ref, n)
-    np.testing.assert_allclose(oracle.by_pair(force, key), oracle.by_pair(ref.efc_force, key),
-                               atol=RTOL * scale, rtol=0, err_msg=where)
+    force, scale = oracle.assert_solution_close(d, k, ref, where, RTOL)
     if not np.allclose(force, ref.efc_force, atol=RTOL * scale, rtol=0):
       continue   # contacts of one geom pair in another order
     settled = (np.abs(ref.efc_force) > 1e-9 * scale) & ~_on_cone_boundary(ref, scale)

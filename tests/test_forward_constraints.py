@@ -76,16 +76,9 @@ def _setting(i):
 @pytest.mark.parametrize('i,path', list(enumerate(MODELS)),
                          ids=[oracle.model_id(p) for p in MODELS])
 def test_forward_with_constraints_matches_mujoco(i, path):
-  xml = oracle.with_option(oracle.read(path), _setting(i))
-  assets = oracle.assets(path)
-  mj = mujoco.MjModel.from_xml_string(xml, assets)
-  m = mjx_py.from_xml_string(xml, assets)
-  states = oracle.states(mj, np.random.default_rng(i))
-  assert all(r.ncon <= m.nconmax for r, _ in states), 'more contacts than the capacity'
-  d = oracle.ours(m, states)
+  mj, m, states, d = oracle.forward_case(path, _setting(i), i)
   for k, (ref, _) in enumerate(states):
-    where = (f'{oracle.model_id(path)} state {k} ({_setting(i)}; MuJoCo niter '
-             f'{ref.solver_niter[0]}, ours {int(d.solver_niter[k])}, nefc {ref.nefc})')
+    where = oracle.case_label(path, _setting(i), ref, d, k)
     assert int(d.ncon[k]) == ref.ncon, where
     assert int(d.nefc[k]) == ref.nefc, where
     n = ref.nefc
@@ -102,17 +95,9 @@ def test_forward_with_constraints_matches_mujoco(i, path):
       assert ours <= theirs + 1e-10 * max(1.0, abs(theirs)), f'{where}: cost {ours} > {theirs}'
       if np.max(ref.efc_D) > 1e12:
         continue
-    for field in ('qacc', 'qfrc_constraint'):
-      ours, theirs = np.asarray(getattr(d, field)[k]), getattr(ref, field)
-      err = np.max(np.abs(ours - theirs), initial=0) / max(1.0, np.abs(theirs).max(initial=0))
-      assert err < RTOL, f'{where} {field}: relative error {err:.2e}'
     # rows and contact forces up to the order of the contacts within one geom pair (plane-mesh
     # contacts come in another order than qhull's faces give MuJoCo)
-    force = np.asarray(d.efc_force[k, :n])
-    scale = max(1.0, np.abs(ref.efc_force).max(initial=0))
-    key = oracle.pair_keys(ref, n)
-    np.testing.assert_allclose(oracle.by_pair(force, key), oracle.by_pair(ref.efc_force, key),
-                               atol=RTOL * scale, rtol=0, err_msg=where)
+    force, scale = oracle.assert_solution_close(d, k, ref, where, RTOL)
     # mjx_py.contact_force (mj_contactForce of every contact)
     dk = jax.tree_util.tree_map(lambda x, k=k: x[k], d)
     ours_cf = np.asarray(mjx_py.contact_force(m, dk))[:ref.ncon]
