@@ -3,16 +3,9 @@
 from __future__ import annotations
 
 import gc
-import os
 
-# LLVM optimizations off for every XLA CPU compile of the test session: the tests are dominated
-# by compilation (measured: -12% on the heaviest gradient / rollout tests); set before JAX
-# starts its backend
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_backend_optimization_level=0').strip()
-
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
 
 @pytest.fixture(autouse=True, scope='module')

@@ -1,11 +1,10 @@
 """The dual solvers (PGS and noslip, mjx_py.dual) inside forward(), against mj_forward.
 
-Models: the constraint feature models (equality, friction loss, limits, tendons, contacts with
-condim 1, 3, 4 and 6), two scenes (a gripper, closed loops) and the bundled box stack and
-humanoid (8 models, two per setting; the arm, quadruped and contact_params models also passed
-when they were in the list, left out to save CI time). Settings, in turn over the
-sorted model list: PGS with pyramidal and elliptic cones, and Newton followed by noslip
-(noslip_iterations 5) under both cones; tolerance 1e-10 (noslip_tolerance 1e-10). Noslip
+Cases (CASES): PGS on the constraint feature models (equality, friction loss, limits, tendons;
+contacts with condim 1, 3, 4 and 6), closed loops and a gripper; Newton followed by noslip
+(noslip_iterations 5) on the rows model, the bundled box stack and humanoid; both cones;
+tolerance 1e-10 (noslip_tolerance 1e-10). (The arm, quadruped, tendons_spatial, equality_all
+and contact_params models also passed when they were in the list, left out to save CI time.) Noslip
 follows Newton, which converges, so that noslip starts from the same forces on both sides (a
 CG stopped by its iteration count ends where rounding takes it). States as in
 test_forward_constraints (oracle.states: a perturbed reset state and 40 mj_step steps later, with
@@ -30,13 +29,18 @@ import oracle
 import pytest
 from oracle import ROOT
 
-_FEATURES = ('constraint_rows', 'constraint_contacts', 'equality_all', 'tendons_spatial')
-_SCENES = ('hand_grasp', 'loops')
-MODELS = sorted([os.path.join(ROOT, 'tests', 'models', f + '.xml') for f in _FEATURES]
-                + [os.path.join(ROOT, 'tests', 'models', 'scenes', f + '.xml') for f in _SCENES]
-                + [os.path.join(ROOT, 'models', f + '.xml') for f in ('box_stack', 'humanoid')])
-SETTINGS = [('PGS', 'pyramidal', 0), ('Newton', 'elliptic', 5), ('PGS', 'elliptic', 0),
-            ('Newton', 'pyramidal', 5)]
+_T = os.path.join(ROOT, 'tests', 'models')
+# (model, solver, cone, noslip_iterations): PGS on every row type (equality, friction loss,
+# limits, tendons: constraint_rows; connect / weld / joint equalities: loops) and on contacts
+# under both cones; noslip after Newton on friction-loss rows and pyramidal pairs
+# (constraint_rows) and on elliptic and pyramidal contacts (box stack, humanoid)
+CASES = [(os.path.join(_T, 'constraint_rows.xml'), 'PGS', 'pyramidal', 0),
+         (os.path.join(_T, 'constraint_rows.xml'), 'Newton', 'pyramidal', 5),
+         (os.path.join(_T, 'constraint_contacts.xml'), 'PGS', 'elliptic', 0),
+         (os.path.join(_T, 'scenes', 'loops.xml'), 'PGS', 'pyramidal', 0),
+         (os.path.join(_T, 'scenes', 'hand_grasp.xml'), 'PGS', 'elliptic', 0),
+         (os.path.join(ROOT, 'models', 'box_stack.xml'), 'Newton', 'elliptic', 5),
+         (os.path.join(ROOT, 'models', 'humanoid.xml'), 'Newton', 'pyramidal', 5)]
 RTOL = 1e-6
 
 
@@ -47,7 +51,7 @@ def _float64():
 
 
 def _setting(i):
-  solver, cone, noslip = SETTINGS[i % len(SETTINGS)]
+  _, solver, cone, noslip = CASES[i]
   return (f'<option solver="{solver}" cone="{cone}" noslip_iterations="{noslip}" '
           'tolerance="1e-10" noslip_tolerance="1e-10"/>')
 
@@ -61,7 +65,7 @@ def _dense_ar(mj, ref):
 
 
 def test_pgs_and_noslip_settings_cover_both_cones():
-  kinds = {(s == 'PGS', n > 0, c) for s, c, n in SETTINGS}
+  kinds = {(s == 'PGS', n > 0, c) for _, s, c, n in CASES}
   assert {(True, False, 'pyramidal'), (True, False, 'elliptic'), (False, True, 'pyramidal'),
           (False, True, 'elliptic')} <= kinds
 
@@ -81,9 +85,10 @@ def _on_cone_boundary(ref, scale):
   return out
 
 
-@pytest.mark.parametrize('i,path', list(enumerate(MODELS)),
-                         ids=[oracle.model_id(p) for p in MODELS])
-def test_dual_solvers_match_mujoco(i, path):
+@pytest.mark.parametrize('i', range(len(CASES)),
+                         ids=[f'{oracle.model_id(c[0])}-{c[1]}-{c[2]}' for c in CASES])
+def test_dual_solvers_match_mujoco(i):
+  path = CASES[i][0]
   mj, _, states, d = oracle.forward_case(path, _setting(i), i)
   for k, (ref, _) in enumerate(states):
     where = oracle.case_label(path, _setting(i), ref, d, k)
