@@ -2,8 +2,8 @@
 
 Cases (CASES): PGS on the constraint feature models (equality, friction loss, limits, tendons;
 contacts with condim 1, 3, 4 and 6), closed loops and a gripper; Newton followed by noslip
-(noslip_iterations 5) on the rows model, the bundled box stack and humanoid; both cones;
-tolerance 1e-10 (noslip_tolerance 1e-10). (The arm, quadruped, tendons_spatial, equality_all
+(noslip_iterations 5) on the rows model and the bundled box stack; both cones; tolerance
+1e-10 (noslip_tolerance 1e-10). (The humanoid, arm, quadruped, tendons_spatial, equality_all
 and contact_params models also passed when they were in the list, left out to save CI time.) Noslip
 follows Newton, which converges, so that noslip starts from the same forces on both sides (a
 CG stopped by its iteration count ends where rounding takes it). States as in
@@ -33,14 +33,13 @@ _T = os.path.join(ROOT, 'tests', 'models')
 # (model, solver, cone, noslip_iterations): PGS on every row type (equality, friction loss,
 # limits, tendons: constraint_rows; connect / weld / joint equalities: loops) and on contacts
 # under both cones; noslip after Newton on friction-loss rows and pyramidal pairs
-# (constraint_rows) and on elliptic and pyramidal contacts (box stack, humanoid)
+# (constraint_rows) and on elliptic contacts (box stack)
 CASES = [(os.path.join(_T, 'constraint_rows.xml'), 'PGS', 'pyramidal', 0),
          (os.path.join(_T, 'constraint_rows.xml'), 'Newton', 'pyramidal', 5),
          (os.path.join(_T, 'constraint_contacts.xml'), 'PGS', 'elliptic', 0),
          (os.path.join(_T, 'scenes', 'loops.xml'), 'PGS', 'pyramidal', 0),
          (os.path.join(_T, 'scenes', 'hand_grasp.xml'), 'PGS', 'elliptic', 0),
-         (os.path.join(ROOT, 'models', 'box_stack.xml'), 'Newton', 'elliptic', 5),
-         (os.path.join(ROOT, 'models', 'humanoid.xml'), 'Newton', 'pyramidal', 5)]
+         (os.path.join(ROOT, 'models', 'box_stack.xml'), 'Newton', 'elliptic', 5)]
 RTOL = 1e-6
 
 

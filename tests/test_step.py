@@ -95,8 +95,7 @@ def test_step_gradients_finite_in_float32_from_rest():
 
   def loss(ctrl):
     d = d0.__class__(**{**vars(d0), 'ctrl': ctrl})
-    for _ in range(5):
-      d = step(m, d)
+    d, _ = jax.lax.scan(lambda d, _: (step(m, d), None), d, None, length=5)
     return jnp.sum(d.qpos ** 2) + jnp.sum(d.qvel ** 2)
 
   g = jax.jit(jax.grad(loss))(jnp.zeros(m.nu, jnp.float32))
