@@ -39,14 +39,14 @@ takes the table below ``SAP_THRESHOLD`` dynamic candidate pairs, the sweep above
 - 'sap' (sort-based sweep-and-prune, on the device, in buffers of static size): each geom of
   ``col_sweep`` (the geoms that take part in some dynamic candidate pair) projects its bounding
   sphere, inflated by its margin, on the principal axis of the geom centres; the intervals are
-  sorted by their lower end, each one overlaps a run of the following ones (counted with a
-  binary search), and a prefix sum numbers the overlapping pairs, which are enumerated chunk by
-  chunk (a ``lax.while_loop`` over index arithmetic, no gradient flows through it), filtered on
-  the device (masks, weld and parent groups, ``col_exclude`` body signatures and the
-  ``col_explicit`` geom pairs, both sorted and searched with ``searchsorted``), bounding-tested,
-  and compacted into a buffer of static size (``sweep_capacity``: ``min(nsweep, npairmax)``
-  summed over the type pairs, so that every type pair can fill its narrowphase). Explicit pairs
-  stay a static host list (``col_geom`` holds only them). No array of size ngeom^2 or
+  sorted by their lower end, each one overlaps a run of the following ones (counted with a binary
+  search), and a prefix sum numbers the overlapping pairs, which are enumerated chunk by chunk (a
+  fixed-count ``lax.scan`` over index arithmetic whose unneeded chunks are skipped; no gradient
+  flows through it), filtered on the device (masks, weld and parent groups, ``col_exclude`` body
+  signatures and the ``col_explicit`` geom pairs, both sorted and searched with ``searchsorted``),
+  bounding-tested, and compacted into a buffer of static size (``sweep_capacity``: ``min(nsweep,
+  npairmax)`` summed over the type pairs, so that every type pair can fill its narrowphase).
+  Explicit pairs stay a static host list (``col_geom`` holds only them). No array of size ngeom^2 or
   ncandidate exists on this path, on the host either: ``col_groups`` and ``ncandidate`` come
   from counts per class of geoms (type, contype, conaffinity) and weld group.
 
@@ -93,6 +93,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..check import batch_any
 from ..data import Contact, empty_contact
 from ..errors import NotSupportedError
 from ..math import MINVAL, safe_norm
@@ -611,7 +612,7 @@ def _sweep(m, d, override):
 
   Returns h1, h2 (nbuf,) int32 geom pairs in type order, found (nbuf,) bool, slack (nbuf,)
   and the number of overlapping pairs that did not fit (nbuf: ``sweep_capacity``). Index
-  arithmetic only: the float inputs are stop_gradient'ed, so the while_loop carries no tangent.
+  arithmetic only: the float inputs are stop_gradient'ed, so the loop carries no tangent.
   """
   sg = jax.lax.stop_gradient
   geoms, cap = m.col_sweep, sweep_capacity(m.col_groups, m.npairmax)
@@ -665,7 +666,14 @@ def _sweep(m, d, override):
   zero = jnp.zeros((), jnp.int32)
   state = (zero, zero, jnp.zeros(cap, jnp.int32), jnp.zeros(cap, jnp.int32),
            jnp.full(cap, jnp.inf, dtype))
-  _, nfound, h1, h2, slack = jax.lax.while_loop(lambda s: s[0] < total, body, state)
+  # a fixed-count scan over the most chunks any world can need; a chunk no world of the batch
+  # needs is skipped by a lax.cond whose predicate batch_any keeps unbatched under vmap
+  nchunk = -(-(n * (n - 1) // 2) // chunk)
+
+  def scan_body(state, _):
+    return jax.lax.cond(batch_any(state[0] < total), body, lambda s: s, state), None
+
+  (_, nfound, h1, h2, slack), _ = jax.lax.scan(scan_body, state, None, length=nchunk)
   found = jnp.arange(cap) < nfound
   return h1, h2, found, slack, jnp.maximum(nfound - cap, 0)
 
