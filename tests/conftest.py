@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import gc
+import os
 
-import jax
-import pytest
+# LLVM's backend optimizations off for every XLA CPU compile of the session: the suite is bound
+# by compilation, and the tests' runs are short (set before JAX starts its backend)
+os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
+                           ' --xla_backend_optimization_level=0').strip()
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope='module')

@@ -10,8 +10,9 @@ sliding contacts and active limits). Random states (qpos, qvel, ctrl, act, time,
 go through one jitted pipeline per model; each sensor's block must match MuJoCo within 1e-8
 relative (and 1e-9 absolute).
 
-The constraint solver does not exist yet, so sensor_contacts runs the sensor stages on MuJoCo's
-pipeline state: its contacts, efc rows, qacc and efc_force (pyramidal and elliptic cones).
+sensor_contacts runs twice: the sensor stages alone on MuJoCo's pipeline state (its contacts,
+efc rows, qacc and efc_force; pyramidal and elliptic cones), and our whole forward pass with our
+solver along a MuJoCo rollout, with jax.grad through the constraint-force sensors.
 Gradients: jax.grad of a loss on sensordata with respect to qpos and qvel is finite for every
 sensor of sensors_all, and its directional derivative agrees with central differences. Also:
 RK4 steps, the sensor disable flag, a traced Model, user / plugin sensors refused.
@@ -248,7 +249,7 @@ def test_sensors_all_values_and_gradients():
 
 
 # ---------------------------------------------------------------------------------------------
-# Constraint forces (injected from MuJoCo until the solver exists)
+# Constraint forces: MuJoCo's injected, then our solver's
 
 def _pad(x, n, fill=0):
   x = np.asarray(x)
@@ -325,10 +326,35 @@ def test_constraint_force_sensors_with_mujoco_forces(cone):
 def test_constraint_force_sensors_with_our_solver(cone):
   """The same sensors through our whole forward pass (collision, rows and our constraint
   solver), from states along a MuJoCo rollout in which a box rests and a slider slides on the
-  floor (resting and sliding contacts, limits reached)."""
+  floor (resting and sliding contacts, limits reached). Under the pyramidal cone the pass is
+  jax.value_and_grad of a weighted square loss on sensordata with respect to qpos and qvel:
+  the gradient through touch, force, torque, accelerometer and the limit-force sensors (the
+  solver's implicit derivative) must be finite, and nonzero for the touch sensors."""
   m, mj = oracle.both(_xml('sensor_contacts.xml', f'<option cone="{cone}"/>'))
   md = mujoco.MjData(mj)
-  run = _jit(forward_fn)
+  with_grad = cone == 'pyramidal'
+  touch_ids = _blocks(mj, ['touch_box', 'touch_box_top', 'touch_leaner'])
+
+  def loss(qpos, qvel, d, weights):
+    out = forward_fn(m, oracle.replace(d, qpos=qpos, qvel=qvel))
+    return jnp.sum(weights * out.sensordata ** 2), out
+
+  grad = _jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+  fwd = _jit(forward_fn)
+
+  def run(m, d):
+    if not with_grad:
+      return fwd(m, d)
+    weights = np.ones(mj.nsensordata)
+    (_, out), (gq, gv) = grad(d.qpos, d.qvel, d, jnp.asarray(weights))
+    assert np.all(np.isfinite(gq)) and np.all(np.isfinite(gv))
+    # the touch sensors alone: their values move with the box's height and tilt
+    weights[:] = 0
+    weights[touch_ids] = 1
+    _, (gq_touch, _) = grad(d.qpos, d.qvel, d, jnp.asarray(weights))
+    assert np.all(np.isfinite(gq_touch)) and np.any(np.abs(gq_touch) > 0)
+    return out
+
   rng = np.random.default_rng(4)
   md.qvel[mj.jnt_dofadr[mj.joint(1).id]] = 1.0                # the slider slides along x
   checked = 0
