@@ -1,10 +1,12 @@
-"""Benchmark: ``python -m mjx_py.testspeed MODEL [--batch 1 64 1024] [--compare]``.
+"""Benchmark: ``python -m mjx_py.testspeed MODEL [--batch B ...] [--smooth] [--grad NSTEP]``.
 
 Times jit compilation of ``step`` and steps/s of ``jax.vmap(step)`` over a batch of worlds
 (random controls, ``lax.scan`` over steps), and reports peak resident memory. The side-by-side
 run with MuJoCo C (``mujoco.rollout``) and MJX in the same process is
 ``examples/compare_speed.py`` (the library never imports mujoco).
 ``--smooth`` disables the constraint solver in all three (the smooth-dynamics benchmark).
+``--grad NSTEP`` also times reverse-mode jax.grad through NSTEP steps of one world: compile
+time of ``step`` and of the gradient, and the gradient's cost relative to the forward rollout.
 Never a timed test: numbers depend on the machine.
 """
 
@@ -73,6 +75,46 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
   return compile_s, batch * nstep / run_s
 
 
+def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = ''):
+  """One world, ``nstep`` steps of random controls in a lax.scan; the loss is the squared final
+  qpos, differentiated (jax.grad, reverse mode) with respect to the initial qvel and the control
+  sequence. Returns (compile s of the jitted step, compile s of the jitted gradient, seconds
+  per forward rollout, seconds per gradient), the runs timed after a warm-up call."""
+  import mjx_py
+  from mjx_py import mjcf
+  from mjx_py.forward import step
+  m = mjx_py.put_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')))
+  d0 = mjx_py.make_data(m)
+  rng = np.random.default_rng(seed)
+  lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
+  ctrl = jnp.asarray(np.where(np.asarray(m.actuator_ctrllimited) > 0,
+                              lo + (hi - lo) * rng.random((nstep, m.nu)),
+                              rng.standard_normal((nstep, m.nu))), d0.qpos.dtype)
+
+  def rollout(qvel, ctrls):
+    def body(d, c):
+      return step(m, d.__class__(**{**vars(d), 'ctrl': c})), None
+    d = jax.lax.scan(body, d0.__class__(**{**vars(d0), 'qvel': qvel}), ctrls)[0]
+    return jnp.sum(d.qpos ** 2)
+
+  t0 = time.perf_counter()
+  jax.jit(step).lower(m, d0).compile()
+  step_compile = time.perf_counter() - t0
+  fwd = jax.jit(rollout).lower(d0.qvel, ctrl).compile()
+  t0 = time.perf_counter()
+  grad = jax.jit(jax.grad(rollout, argnums=(0, 1))).lower(d0.qvel, ctrl).compile()
+  grad_compile = time.perf_counter() - t0
+
+  def timed(fn, reps=3):
+    jax.block_until_ready(fn(d0.qvel, ctrl))
+    t0 = time.perf_counter()
+    for _ in range(reps):
+      jax.block_until_ready(fn(d0.qvel, ctrl))
+    return (time.perf_counter() - t0) / reps
+
+  return step_compile, grad_compile, timed(fwd), timed(grad)
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(prog='python -m mjx_py.testspeed',
                                    description=__doc__.splitlines()[0])
@@ -80,6 +122,10 @@ def main(argv=None) -> int:
   parser.add_argument('--batch', type=int, nargs='+', default=[1, 64, 1024])
   parser.add_argument('--nstep', type=int, default=200)
   parser.add_argument('--smooth', action='store_true', help='disable the constraint solver')
+  parser.add_argument('--grad', type=int, default=0, metavar='NSTEP',
+                      help='also time jax.grad through NSTEP steps of one world (compile time '
+                           'of step and of the gradient, and the gradient\'s cost against the '
+                           'forward rollout)')
   args = parser.parse_args(argv)
   xml = _prepare_xml(args.model, args.smooth)
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '
@@ -88,6 +134,10 @@ def main(argv=None) -> int:
   for batch in args.batch:
     c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model))
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
+  if args.grad:
+    cs, cg, tf, tg = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model))
+    print(f'grad through {args.grad} steps: step compile {cs:.2f} s, grad compile {cg:.2f} s, '
+          f'forward {tf * 1e3:.1f} ms, grad {tg * 1e3:.1f} ms ({tg / tf:.2f}x the forward)')
   print(f'peak RSS {_peak_rss_mb():.0f} MB')
   return 0
 
