@@ -27,7 +27,7 @@ The problem (MuJoCo's primal formulation). With jar = J qacc - aref per row and 
                          0.5 D_0 / (mu^2 (1 + mu^2)) (N - mu T)^2
 and efc_force = -ds/djar (the rows' constraint forces), qfrc_constraint = J' efc_force.
 
-Iterations (opt.iterations of them, a fixed-count lax.scan; no lax.while_loop anywhere): a line
+Iterations (opt.iterations of them, a fixed-count lax.scan; no while loop anywhere): a line
 search along ``search`` (MuJoCo's CGsearch: a Newton step on the 1-D piecewise-quadratic cost, a
 one-sided Newton search, then a bracketed search over the two brackets' Newton points and their
 midpoint, at most ls_iterations + 3 evaluations of the 1-D cost; a fixed-count scan of

@@ -391,8 +391,10 @@ def _segment(m, d, seg, wlen, tang):
   b0, b1 = m.site_bodyid[s0], m.site_bodyid[s1]
   divisor = jnp.where(wp >= 0, m.wrap_prm[jnp.maximum(wp, 0)], 1.0)
   wrapped = wlen >= 0
-  bg = m.geom_bodyid[m.wrap_objid[jnp.maximum(wg, 0)]] if m.ngeom else b0
+  bg = b0
   if m.ngeom:
+    geom = m.wrap_objid[jnp.maximum(wg, 0)]
+    bg = m.geom_bodyid[geom]
     # The wrapped path is the shortest path over the geom (an inside wrap: a stationary one),
     # so by the envelope theorem the length's derivative is that of the path with its tangent
     # points held fixed on the geom: they move with the geom's frame, and the arc (or helix)
@@ -400,7 +402,6 @@ def _segment(m, d, seg, wlen, tang):
     # the onset of a wrap, where the arc is zero and its angle sits on acos's singularity. The
     # values are unchanged; ten_J below is built the same way (MuJoCo's moment arms).
     sg = jax.lax.stop_gradient
-    geom = m.wrap_objid[jnp.maximum(wg, 0)]
     gpos, gmat = d.geom_xpos[geom], d.geom_xmat[geom].reshape(3, 3)
     tang = gpos + sg((tang - gpos) @ gmat) @ gmat.T
     wlen = sg(wlen)

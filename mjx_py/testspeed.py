@@ -43,19 +43,25 @@ def _prepare_xml(path: str, smooth: bool) -> str:
   return disable_constraints(xml) if smooth else xml
 
 
-def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = ''):
-  """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps."""
+def _model_and_controls(xml: str, shape: tuple, seed: int, base_dir: str):
+  """The compiled Model, its zero Data and random controls of shape ``shape + (nu,)``: uniform
+  in the control range where limited, standard normal elsewhere."""
   import mjx_py
   from mjx_py import mjcf
-  from mjx_py.forward import step
   m = mjx_py.put_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')))
   d0 = mjx_py.make_data(m)
   lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
   limited = np.asarray(m.actuator_ctrllimited) > 0
   rng = np.random.default_rng(seed)
-  ctrl = np.where(limited, lo + (hi - lo) * rng.random((nstep, batch, m.nu)),
-                  rng.standard_normal((nstep, batch, m.nu)))
-  ctrl = jnp.asarray(ctrl, dtype=d0.qpos.dtype)
+  shape = tuple(shape) + (m.nu,)
+  ctrl = np.where(limited, lo + (hi - lo) * rng.random(shape), rng.standard_normal(shape))
+  return m, d0, jnp.asarray(ctrl, dtype=d0.qpos.dtype)
+
+
+def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = ''):
+  """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps."""
+  from mjx_py.forward import step
+  m, d0, ctrl = _model_and_controls(xml, (nstep, batch), seed, base_dir)
   dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
 
   def rollout(d, ctrls):
@@ -80,16 +86,8 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = ''):
   qpos, differentiated (jax.grad, reverse mode) with respect to the initial qvel and the control
   sequence. Returns (compile s of the jitted step, compile s of the jitted gradient, seconds
   per forward rollout, seconds per gradient), the runs timed after a warm-up call."""
-  import mjx_py
-  from mjx_py import mjcf
   from mjx_py.forward import step
-  m = mjx_py.put_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')))
-  d0 = mjx_py.make_data(m)
-  rng = np.random.default_rng(seed)
-  lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
-  ctrl = jnp.asarray(np.where(np.asarray(m.actuator_ctrllimited) > 0,
-                              lo + (hi - lo) * rng.random((nstep, m.nu)),
-                              rng.standard_normal((nstep, m.nu))), d0.qpos.dtype)
+  m, d0, ctrl = _model_and_controls(xml, (nstep,), seed, base_dir)
 
   def rollout(qvel, ctrls):
     def body(d, c):

@@ -241,9 +241,7 @@ def ours(m, states):
   batch['time'] = jnp.asarray([r.time for r in refs])
   d = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (len(refs),) + x.shape), d)
   d = replace(d, **batch)
-  # LLVM optimizations off: the compile dominates this test, the run is short
-  return jax.jit(jax.vmap(mjx_py.forward, in_axes=(None, 0)),
-                 compiler_options={'xla_backend_optimization_level': 0})(m, d)
+  return jax.jit(jax.vmap(mjx_py.forward, in_axes=(None, 0)))(m, d)
 
 
 def pair_keys(ref, n):

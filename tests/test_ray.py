@@ -11,7 +11,6 @@ rangefinder sensors, a zero direction, gradients of the distance, and a traced M
 
 from __future__ import annotations
 
-import functools
 import os
 
 import jax
@@ -27,9 +26,6 @@ from mjx_py import sensor
 from mjx_py.ray import geom_distances
 
 PATH = os.path.join(ROOT, 'tests', 'models', 'sensor_rangefinder.xml')
-# the tests compile many small pipelines once each: LLVM's backend optimizations would cost more
-# compile time than the runs they speed up
-_jit = functools.partial(jax.jit, compiler_options={'xla_backend_optimization_level': 0})
 NRAY = 300
 
 
@@ -101,7 +97,7 @@ def test_distance_to_every_geom_matches_mujoco(scene):
   hfield = int(np.nonzero(mj.geom_type == mujoco.mjtGeom.mjGEOM_HFIELD)[0][0])
   spnt, svec = _side_rays(mj, md, rng, hfield)
   pnt, vec = np.concatenate([pnt, spnt]), np.concatenate([vec, svec])
-  ours = np.asarray(_jit(jax.vmap(lambda p, v: geom_distances(m, d, p, v)))(pnt, vec))
+  ours = np.asarray(jax.jit(jax.vmap(lambda p, v: geom_distances(m, d, p, v)))(pnt, vec))
   ref = _mujoco_geom_distances(mj, md, pnt, vec)
   for g in range(mj.ngeom):
     np.testing.assert_allclose(ours[:, g], ref[:, g], rtol=1e-9, atol=1e-10,
@@ -117,7 +113,7 @@ def test_nearest_hit_matches_mj_ray(scene):
   m, d, mj, md = scene
   rng = np.random.default_rng(2)
   pnt, vec = _rays(mj, md, rng)
-  cast = _jit(jax.vmap(lambda p, v, g, s, b: mjx_py.ray(m, d, p, v, g, s, b),
+  cast = jax.jit(jax.vmap(lambda p, v, g, s, b: mjx_py.ray(m, d, p, v, g, s, b),
                           in_axes=(0, 0, None, None, None)))
   arm = mj.body('arm').id
   settings = [(np.ones(6, np.uint8), 1, -1), (np.array([1, 0, 1, 1, 0, 1], np.uint8), 1, arm),
@@ -140,7 +136,7 @@ def test_nearest_hit_matches_mj_ray(scene):
   # an error for it: -1 here) and a ray that misses everything
   pnt = np.concatenate([pnt[:50], [[0.0, 0.0, 1.0], [0.0, 0.0, 10.0]]])
   vec = np.concatenate([vec[:50], [[0.0, 0.0, 0.0], [0.0, 0.0, 1.0]]])
-  dist, gid = _jit(jax.vmap(lambda p, v: mjx_py.ray(m, d, p, v)))(pnt, vec)
+  dist, gid = jax.jit(jax.vmap(lambda p, v: mjx_py.ray(m, d, p, v)))(pnt, vec)
   for i in range(50):
     ref = mujoco.mj_ray(mj, md, pnt[i], vec[i], None, 1, -1, geomid)
     assert abs(float(dist[i]) - ref) <= 1e-9 * (1 + abs(ref)) and int(gid[i]) == geomid[0]
@@ -158,7 +154,7 @@ def test_gradients_are_finite_and_match_finite_differences(scene):
     return mjx_py.ray(m, d, p, v)[0]
 
   # one compiled function for the gradients and the central differences
-  value_grad = _jit(jax.vmap(jax.value_and_grad(dist, argnums=(0, 1))))
+  value_grad = jax.jit(jax.vmap(jax.value_and_grad(dist, argnums=(0, 1))))
   h = 1e-6
   step = rng.standard_normal((2, 60, 3))
   base, grads = value_grad(pnt, vec)
@@ -181,7 +177,7 @@ def test_traced_model_matches_mujoco(scene):
   m, d, mj, md = scene
   rng = np.random.default_rng(4)
   pnt, vec = _rays(mj, md, rng, 40)
-  dist, gid = _jit(jax.vmap(mjx_py.ray, in_axes=(None, None, 0, 0)))(m, d, pnt, vec)
+  dist, gid = jax.jit(jax.vmap(mjx_py.ray, in_axes=(None, None, 0, 0)))(m, d, pnt, vec)
   geomid = np.zeros(1, np.int32)
   for i in range(40):
     ref = mujoco.mj_ray(mj, md, pnt[i], vec[i], None, 1, -1, geomid)
@@ -194,7 +190,7 @@ def test_rangefinder_sensors_match_mj_forward(scene):
   m, _, mj, _ = scene
   md = mujoco.MjData(mj)
   rng = np.random.default_rng(5)
-  run = _jit(lambda d: sensor.sensor_pos(m, d).sensordata)
+  run = jax.jit(lambda d: sensor.sensor_pos(m, d).sensordata)
   values = []
   for _ in range(12):
     oracle.write_state(md, oracle.random_state(mj, rng, qpos_scale=0.8))

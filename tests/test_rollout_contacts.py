@@ -138,7 +138,7 @@ def _scan(m, d, ctrls):
 
 # one jit for every model and both precisions: its cache holds one executable per (model,
 # precision); the scan length is a shape, so 100 and 5000 steps at one precision would share it
-_ROLLOUT = jax.jit(_scan, compiler_options={'xla_backend_optimization_level': 0})
+_ROLLOUT = jax.jit(_scan)
 
 
 def _switch_precision():

@@ -16,13 +16,11 @@ solver along a MuJoCo rollout, with jax.grad through the constraint-force sensor
 Gradients: jax.grad of a loss on sensordata with respect to qpos and qvel is finite for every
 sensor of sensors_all, and its directional derivative agrees with central differences. Also:
 RK4 steps, the sensor disable flag, a traced Model, user / plugin sensors refused.
-The pipelines are compiled without LLVM backend optimizations (see ``_jit``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 
 import jax
@@ -39,9 +37,6 @@ from mjx_py.forward import forward as forward_fn
 from mjx_py.forward import step
 
 MODELS = os.path.join(ROOT, 'tests', 'models')
-# the tests compile many small pipelines once each: LLVM's backend optimizations would cost more
-# compile time than the runs they speed up
-_jit = functools.partial(jax.jit, compiler_options={'xla_backend_optimization_level': 0})
 RTOL, ATOL = 1e-8, 1e-9
 NSTATE = 4
 DSBL_CONSTRAINT = '<option><flag constraint="disable"/></option>'
@@ -134,7 +129,7 @@ def test_sensors_match_mj_forward(name, option):
   rng = np.random.default_rng(1)
   states = _states(mj, rng)
   ref, energy = _reference(mj, states)
-  run = _jit(jax.vmap(lambda d: (lambda o: (o.sensordata, o.energy))(forward_fn(m, d))))
+  run = jax.jit(jax.vmap(lambda d: (lambda o: (o.sensordata, o.energy))(forward_fn(m, d))))
   sdata, edata = run(_batch(m, states))
   _compare(mj, np.asarray(sdata), ref, name)
   np.testing.assert_allclose(np.asarray(edata), energy, rtol=RTOL, atol=ATOL)
@@ -173,7 +168,7 @@ def test_collision_sensors_match_mj_forward():
   rng = np.random.default_rng(1)
   states = _states(mj, rng, 16)
   ref, _ = _reference(mj, states)
-  run = _jit(jax.vmap(lambda d: forward_fn(m, d).sensordata))
+  run = jax.jit(jax.vmap(lambda d: forward_fn(m, d).sensordata))
   ours = np.asarray(run(_batch(m, states)))
   sensor_rows, groups = sensor.distance_plan(m)
   gjk = {sensor_rows[r] for t1, t2, rows, *_ in groups if sensor._uses_ccd(m, (t1, t2))
@@ -228,7 +223,7 @@ def test_sensors_all_values_and_gradients():
     out = forward_fn(m, oracle.replace(d, qpos=qpos, qvel=qvel))
     return jnp.sum(weights * out.sensordata ** 2), (out.sensordata, out.energy)
 
-  grad = _jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+  grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
   h, nfd = 1e-6, 2
   dq, dv = rng.standard_normal((nfd, mj.nq)), rng.standard_normal((nfd, mj.nv))
   batch = _batch(m, states)
@@ -301,7 +296,7 @@ def test_constraint_force_sensors_with_mujoco_forces(cone):
     d = sensor.sensor_vel(m, sensor.sensor_pos(m, d))
     return sensor.sensor_acc(m, d, efc_force)
 
-  run = _jit(stages)
+  run = jax.jit(stages)
   rng = np.random.default_rng(3)
   hinge, extend = mj.jnt_qposadr[mj.joint('hinge').id], mj.jnt_qposadr[mj.joint('extend').id]
   for limits in ((0.0, 0.0), (0.54, 0.06), (-0.36, -0.06)):
@@ -339,8 +334,8 @@ def test_constraint_force_sensors_with_our_solver(cone):
     out = forward_fn(m, oracle.replace(d, qpos=qpos, qvel=qvel))
     return jnp.sum(weights * out.sensordata ** 2), out
 
-  grad = _jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
-  fwd = _jit(forward_fn)
+  grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))
+  fwd = jax.jit(forward_fn)
 
   def run(m, d):
     if not with_grad:
@@ -424,7 +419,7 @@ def test_rk4_step_keeps_mujoco_sensordata_and_energy():
   # time as a float64 array (a Python float would give a weakly typed input, and the
   # strongly typed output would recompile the step on the second call)
   d = oracle.make_data(m, **{**state.fields(), 'time': np.float64(state.time)})
-  run = _jit(lambda d: step(m, d))
+  run = jax.jit(lambda d: step(m, d))
   for _ in range(3):
     mujoco.mj_step(mj, md)
     d = run(d)
@@ -440,7 +435,7 @@ def test_sensor_disable_flag_keeps_sensordata():
   md.qvel[:] = 0.5
   mujoco.mj_forward(mj, md)
   d = oracle.make_data(m, sensordata=np.full(m.nsensordata, 7.0), qvel=np.full(m.nv, 0.5))
-  out = _jit(lambda d: forward_fn(m, d))(d)
+  out = jax.jit(lambda d: forward_fn(m, d))(d)
   np.testing.assert_array_equal(np.asarray(out.sensordata), md.sensordata)
   np.testing.assert_allclose(np.asarray(out.energy), md.energy, rtol=RTOL)   # the flag stays
   assert np.all(md.sensordata == 7.0)
@@ -469,7 +464,7 @@ def test_traced_model_matches_mujoco():
   rng = np.random.default_rng(5)
   states = _states(mj, rng, 1)
   ref, energy = _reference(mj, states)
-  out = _jit(forward_fn)(m, jax.tree_util.tree_map(lambda x: x[0], _batch(m, states)))
+  out = jax.jit(forward_fn)(m, jax.tree_util.tree_map(lambda x: x[0], _batch(m, states)))
   _compare(mj, np.asarray(out.sensordata)[None], ref, 'traced')
   np.testing.assert_allclose(np.asarray(out.energy)[None], energy, rtol=RTOL, atol=ATOL)
 
@@ -477,7 +472,7 @@ def test_traced_model_matches_mujoco():
 def test_collision_sensors_need_a_concrete_model():
   m = mjx_py.from_xml_string(_xml('sensor_collision.xml'))
   with pytest.raises(mjx_py.NotSupportedError, match='close over the Model'):
-    _jit(forward_fn).lower(m, mjx_py.make_data(m))
+    jax.jit(forward_fn).lower(m, mjx_py.make_data(m))
 
 
 def test_user_and_plugin_sensors_are_refused():
@@ -540,7 +535,7 @@ def test_equality_forces_in_cfrc_ext():
   MuJoCo's mj_rnePostConstraint adds them: force / torque / accelerometer / frame-acceleration
   sensors, cacc, cfrc_ext and cfrc_int through our whole forward pass against mj_forward."""
   m, mj = oracle.both(EQUALITY_XML)
-  run = _jit(forward_fn)
+  run = jax.jit(forward_fn)
   rng = np.random.default_rng(7)
   for k in range(3):
     md = mujoco.MjData(mj)
