@@ -219,6 +219,10 @@ def _specials(t1, t2):
     add([0.14, 0.24, 0], ident, [0.05, 0.2, 0], z, ident, [0.1, 0.2, 0.3])  # along an edge
     add([0.0, 0.0, 0.34], _axis_angle([1, 1, 0], np.pi / 2), [0.05, 0.3, 0], z, qz,
         [0.1, 0.2, 0.3], 0.01)
+    # a gripper finger beside the object, tilted by 1e-30 rad: a float32 axis component of
+    # 1e-30 whose reciprocal's derivative overflows unless huge quotients are cut off
+    add([0.16, 0, 0.1], _axis_angle([0, 1, 0], 1e-30), [0.05, 0.2, 0], z, ident,
+        [0.1, 0.2, 0.3])
   if (t1, t2) == (BOX, BOX):
     s = [0.1, 0.1, 0.1]
     add(z, ident, s, [0, 0, 0.19], ident, s)                     # stacked, identical faces

@@ -83,9 +83,13 @@ def _recip(x):
 
 
 def _div_or(num, den, fill):
-  """num / den where den != 0, else ``fill`` (MuJoCo divides by zero there and the resulting
-  inf / nan fails the comparison that follows; ``fill`` is chosen to fail it as well)."""
-  ok = den != 0
+  """num / den where |num / den| <= 1e6, else ``fill``. The callers (capsule : box) compare the
+  quotient, a segment parameter, only against values in [-2, 2], and ``fill`` is chosen to fail
+  those comparisons as a huge quotient (or MuJoCo's inf / nan at den = 0) does, so the decisions
+  are MuJoCo's. Cutting huge quotients off also keeps the derivative -num / den**2 finite: a
+  near-zero den (an axis component of 1e-30) would otherwise overflow it and turn the zero
+  cotangent of the discarded branch into NaN."""
+  ok = (den != 0) & (jnp.abs(num) <= 1e6 * jnp.abs(den))
   return jnp.where(ok, num / jnp.where(ok, den, 1.0), fill)
 
 
