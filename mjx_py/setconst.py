@@ -30,6 +30,10 @@ set_const(m) -> Model
          tendon_invweight0 (ntendon,) J M^-1 J^T of each tendon
          actuator_length0 (nu,)       actuator lengths
          actuator_acc0 (nu,)          |M^-1 moment| of each actuator
+         geom_rbound (ngeom,), geom_aabb (ngeom, 6)
+                                      bounds of sphere/capsule/ellipsoid/cylinder/box geoms
+                                      from geom_size (the compiler's formulas; before the
+                                      statistics, which use them)
          stat.meaninertia             mean diagonal of M (with tendon armature)   (nv > 0)
          stat.meanmass                mean mass of the bodies other than the world (nbody > 1)
          stat.meansize                mean body size: largest com-joint distance or geom reach
@@ -48,8 +52,11 @@ the eq_data anchors and relative poses of connect/weld equalities (mj_setConst w
 the second anchor of a body connect from the current geometry), tendon_lengthspring computed at
 qpos_spring for springlength -1, the camera/light offsets cam_pos0/cam_poscom0/cam_mat0 and
 light_pos0/light_poscom0/light_dir0 (the *poscom0 ones depend on subtree coms, hence on masses,
-in mj_setConst), geom_rbound/geom_aabb (derived from geom sizes by the compiler) and
-body_simple/body_sameframe (derived from the geometry by the compiler).
+in mj_setConst), the bounds of mesh and height-field geoms (from their assets),
+body_simple/body_sameframe (derived from the geometry by the compiler), and the body masses and
+inertias themselves: MuJoCo infers them from geoms only when compiling, so a randomized geom
+size or density must come with its body_mass / body_inertia (mj_setConst does not touch them
+either).
 
 Pure JAX for one world: jittable, vmappable over any Model fields and differentiable (the
 norms and divisions are NaN-safe). Sizes and the static type sets of the Model fix the traced
@@ -68,7 +75,7 @@ from .data import make_data
 from .errors import NotSupportedError
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
-GEOM_PLANE, GEOM_HFIELD = 0, 1
+GEOM_PLANE, GEOM_HFIELD, GEOM_SPHERE, GEOM_CAPSULE, GEOM_ELLIPSOID, GEOM_CYLINDER, GEOM_BOX = range(7)
 
 
 def _body_invweight0(m, d, minv):
@@ -104,6 +111,28 @@ def _dof_invweight0(m, minv):
   body = m.dof_bodyid
   inv_mass = 1.0 / jnp.maximum(math.MINVAL, m.body_mass[body])
   return jnp.where(m.body_simple[body] == 2, inv_mass, iw)
+
+
+def _primitive_bounds(m):
+  """(geom_rbound (ngeom,), geom_aabb (ngeom, 6)) with the sphere, capsule, ellipsoid, cylinder
+  and box geoms' bounds recomputed from geom_size by the compiler's formulas (rbound: the
+  bounding sphere's radius about the geom frame; aabb: centre 0 and the half-sizes of the box
+  in the geom frame). Planes, height fields and meshes keep theirs: their geom_size is not
+  what bounds them."""
+  t, s = m.geom_type, m.geom_size
+  r, h = s[:, 0], s[:, 1]
+  rbound = jnp.select(
+      [t == GEOM_SPHERE, t == GEOM_CAPSULE, t == GEOM_CYLINDER, t == GEOM_ELLIPSOID,
+       t == GEOM_BOX],
+      [r, r + h, math.safe_norm(s[:, :2]), jnp.max(s, axis=1), math.safe_norm(s)],
+      m.geom_rbound)
+  half = jnp.select(
+      [(t == GEOM_SPHERE)[:, None], (t == GEOM_CAPSULE)[:, None], (t == GEOM_CYLINDER)[:, None]],
+      [jnp.stack([r, r, r], 1), jnp.stack([r, r, r + h], 1), jnp.stack([r, r, h], 1)], s)
+  prim = (t >= GEOM_SPHERE) & (t <= GEOM_BOX)
+  aabb = jnp.where(prim[:, None], jnp.concatenate([jnp.zeros_like(half), half], 1),
+                   m.geom_aabb)
+  return rbound, aabb
 
 
 def _geom_rbound(m):
@@ -158,6 +187,9 @@ def _statistics(m, d, qm):
 def set_const(m):
   """Recomputes the qpos0-dependent constants of ``m`` (MuJoCo's mj_setConst); see the module
   docstring for the fields read and written. Returns a new Model."""
+  if m.ngeom:
+    rbound, aabb = _primitive_bounds(m)
+    m = dataclasses.replace(m, geom_rbound=rbound, geom_aabb=aabb)
   d = make_data(m)
   d = kinematics.kinematics(m, d)
   d = inertia.com_pos(m, d)

@@ -144,3 +144,61 @@ def test_gradient_wrt_body_mass_is_finite():
   plus = value_and_grad(m.body_mass + eps * direction)[0]
   minus = value_and_grad(m.body_mass - eps * direction)[0]
   np.testing.assert_allclose(grad @ direction, (plus - minus) / (2 * eps), rtol=1e-5)
+
+
+# A free body with an arm, a spatial tendon and two actuators; masses and inertias are explicit
+# (<inertial>), so the edits below are what a domain randomization would write into the Model.
+EDITABLE = """
+<mujoco>
+  <worldbody>
+    <geom type="plane" size="2 2 0.1"/>
+    <site name="anchor" pos="0 0 2"/>
+    <body name="torso" pos="0 0 1">
+      <freejoint/>
+      <inertial pos="0 0 0" mass="{m1}" diaginertia="{i1} {i1} {i2}"/>
+      <geom type="box" size="{bx} 0.1 0.05"/>
+      <geom type="sphere" pos="0 0 0.1" size="{r}"/>
+      <body name="arm" pos="0.2 0 0">
+        <joint name="hinge" axis="0 1 0" armature="{arm}" range="-1 1"/>
+        <inertial pos="0.1 0 0" mass="{m2}" diaginertia="0.01 0.02 0.02"/>
+        <geom type="capsule" fromto="0 0 0 0.2 0 0" size="{r}"/>
+        <geom type="cylinder" pos="0.2 0 0" size="{r} {bx}"/>
+        <site name="tip" pos="0.2 0 0"/>
+      </body>
+    </body>
+  </worldbody>
+  <tendon><spatial name="cable"><site site="anchor"/><site site="tip"/></spatial></tendon>
+  <actuator>
+    <motor joint="hinge" gear="{gear}"/>
+    <position tendon="cable" kp="10"/>
+  </actuator>
+</mujoco>
+"""
+BASE = dict(m1=5.0, i1=0.1, i2=0.2, bx=0.15, r=0.04, arm=0.01, m2=1.0, gear=2.0)
+EDITS = [dict(m1=7.5, i1=0.17, i2=0.11, bx=0.21, r=0.06, arm=0.05, m2=0.4, gear=3.5),
+         dict(m1=2.0, i1=0.03, i2=0.05, bx=0.1, r=0.02, arm=0.0, m2=2.5, gear=0.5)]
+EDITED_FIELDS = ('body_mass', 'body_inertia', 'geom_size', 'dof_armature', 'actuator_gear')
+
+
+def test_vmap_set_const_equals_compiled_edited_xml():
+  """Per-world edited masses, inertias, geom sizes, armature and gears (one jax.vmap over the
+  batched Model fields): set_const's constants, geom bounds and statistics equal what our
+  compiler gives for the same edits made in the XML."""
+  base = mjx_py.from_xml_string(EDITABLE.format(**BASE))
+  compiled = [mjx_py.from_xml_string(EDITABLE.format(**e)) for e in EDITS]
+  batched = {f: jnp.stack([getattr(c, f) for c in compiled]) for f in EDITED_FIELDS}
+
+  def randomized(fields):
+    return set_const(dataclasses.replace(base, **fields))
+  out = jax.jit(jax.vmap(randomized))(batched)
+  for w, ref in enumerate(compiled):
+    for f in FIELDS + ('geom_rbound', 'geom_aabb'):
+      np.testing.assert_allclose(np.asarray(getattr(out, f)[w]), np.asarray(getattr(ref, f)),
+                                 rtol=RTOL, atol=ATOL, err_msg=f'world {w}: {f}')
+    for f in STATS:
+      np.testing.assert_allclose(np.asarray(getattr(out.stat, f)[w]),
+                                 np.asarray(getattr(ref.stat, f)), rtol=RTOL, atol=ATOL,
+                                 err_msg=f'world {w}: stat.{f}')
+  # the edits change the constants (the test cannot pass on the base model's values)
+  assert not np.allclose(np.asarray(out.actuator_acc0[0]), np.asarray(base.actuator_acc0))
+  assert not np.allclose(np.asarray(out.geom_rbound[1]), np.asarray(base.geom_rbound))
