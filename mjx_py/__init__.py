@@ -8,11 +8,14 @@ Public API (MuJoCo's names)::
   d = mjx_py.step(m, d)                              # mj_step (also mjx_py.forward)
   dist, geomid = mjx_py.ray(m, d, pnt, vec)          # mj_ray (vmap over rays)
   f = mjx_py.contact_force(m, d)                     # mj_contactForce of every contact
+  axes = mjx_py.model_axes(m, ['body_mass'])         # vmap in_axes for per-world fields
+  d = mjx_py.shard_batch(d)                          # a batch of worlds across devices
 """
 
 from __future__ import annotations
 
 from . import mjcf
+from .batch import batch_mesh, model_axes, replicate, shard_batch
 from .data import Data, make_data, reset_data
 from .errors import MJCFError, NotSupportedError
 from .forward import forward, step
@@ -52,4 +55,5 @@ def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None,
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
-           'forward', 'step', 'set_const', 'ray', 'contact_force']
+           'forward', 'step', 'set_const', 'ray', 'contact_force', 'model_axes', 'batch_mesh',
+           'shard_batch', 'replicate']

@@ -75,7 +75,8 @@ from .data import make_data
 from .errors import NotSupportedError
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
-GEOM_PLANE, GEOM_HFIELD, GEOM_SPHERE, GEOM_CAPSULE, GEOM_ELLIPSOID, GEOM_CYLINDER, GEOM_BOX = range(7)
+(GEOM_PLANE, GEOM_HFIELD, GEOM_SPHERE, GEOM_CAPSULE, GEOM_ELLIPSOID, GEOM_CYLINDER,
+ GEOM_BOX) = range(7)
 
 
 def _body_invweight0(m, d, minv):

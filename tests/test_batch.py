@@ -1,0 +1,187 @@
+"""Batches of worlds: jax.vmap over per-world Model fields, and sharding across devices.
+
+1. ``jax.vmap(step)`` over a Model whose friction, masses, inertias, geom sizes, gravity,
+   timestep, actuator gains, solref / solimp and damping differ per world (passed through
+   ``set_const`` inside the vmapped function) equals stepping each world alone with its own
+   Model, over 40 steps with contacts (float64).
+2. ``model_axes`` refuses static fields and unknown names.
+3. ``shard_batch`` / ``replicate`` on a CPU with 2 forced host devices (a subprocess: the device
+   count is fixed when JAX starts): a jitted, vmapped rollout of 4 worlds runs sharded, its
+   outputs stay split across both devices, and it equals the unsharded rollout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from oracle import ROOT
+
+import mjx_py
+
+SCENE = """
+<mujoco>
+  <option timestep="0.004"/>
+  <worldbody>
+    <geom name="floor" type="plane" size="2 2 0.1"/>
+    <body name="box" pos="0.3 0 0.12">
+      <freejoint/>
+      <geom name="box" type="box" size="0.1 0.08 0.1" density="300"/>
+    </body>
+    <body name="ball" pos="-0.3 0 0.2">
+      <freejoint/>
+      <geom name="ball" type="sphere" size="0.07" density="500"/>
+    </body>
+    <body name="arm" pos="0 0 0.3">
+      <joint name="swing" axis="0 1 0" damping="0.5"/>
+      <geom name="arm" type="capsule" fromto="0 0 0 0.25 0 -0.15" size="0.03"/>
+    </body>
+  </worldbody>
+  <actuator><motor joint="swing" gear="1"/></actuator>
+</mujoco>
+"""
+NWORLD, NSTEP = 4, 40
+# per-world fields and how each world scales / replaces them
+FIELDS = ['geom_friction', 'body_mass', 'body_inertia', 'geom_size', 'opt.gravity',
+          'opt.timestep', 'actuator_gainprm', 'geom_solref', 'geom_solimp', 'dof_damping']
+
+
+def _worlds(m):
+  """The per-world field values (leading axis NWORLD), scaled by a fixed random draw."""
+  rng = np.random.default_rng(0)
+
+  def scale(x, lo, hi):
+    x = np.asarray(x)
+    return np.stack([x * rng.uniform(lo, hi, x.shape) for _ in range(NWORLD)])
+  solimp = np.stack([np.asarray(m.geom_solimp)] * NWORLD)
+  solimp[:, :, 0] = rng.uniform(0.85, 0.95, (NWORLD, m.ngeom))
+  return {
+      'geom_friction': scale(m.geom_friction, 0.5, 1.5),
+      'body_mass': scale(m.body_mass, 0.7, 1.3),
+      'body_inertia': scale(m.body_inertia, 0.7, 1.3),
+      'geom_size': scale(m.geom_size, 0.9, 1.1),
+      'opt.gravity': np.stack([[0.0, 0.0, -9.81 * s] for s in rng.uniform(0.5, 1.5, NWORLD)]),
+      'opt.timestep': np.array([0.004, 0.003, 0.002, 0.0045]),
+      'actuator_gainprm': scale(m.actuator_gainprm, 0.5, 2.0),
+      'geom_solref': scale(m.geom_solref, 0.8, 1.2),
+      'geom_solimp': solimp,
+      'dof_damping': scale(m.dof_damping, 0.5, 2.0),
+  }
+
+
+def _with(m, fields):
+  """m with the given (dotted) fields replaced, then its constants recomputed."""
+  top = {k: v for k, v in fields.items() if '.' not in k}
+  opt = {k[4:]: v for k, v in fields.items() if k.startswith('opt.')}
+  m = dataclasses.replace(m, **top, opt=dataclasses.replace(m.opt, **opt))
+  return mjx_py.set_const(m)
+
+
+def _rollout(m, d, ctrls):
+  def body(d, c):
+    d = mjx_py.step(m, dataclasses.replace(d, ctrl=c))
+    return d, (d.qpos, d.ncon)
+  return jax.lax.scan(body, d, ctrls)[1]
+
+
+def test_vmap_over_batched_model_equals_per_world_models():
+  with jax.enable_x64(True):
+    m = mjx_py.from_xml_string(SCENE)
+    d0 = mjx_py.make_data(m)
+    worlds = {k: jnp.asarray(v) for k, v in _worlds(m).items()}
+    ctrls = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (NWORLD, NSTEP, m.nu)))
+
+    def one(fields, ctrl):
+      return _rollout(_with(m, fields), d0, ctrl)
+    axes = {k: 0 for k in worlds}
+    qpos, ncon = jax.jit(jax.vmap(one, in_axes=(axes, 0)))(worlds, ctrls)
+
+    single = jax.jit(one)
+    for w in range(NWORLD):
+      ref_qpos, ref_ncon = single({k: v[w] for k, v in worlds.items()}, ctrls[w])
+      np.testing.assert_allclose(np.asarray(qpos[w]), np.asarray(ref_qpos), rtol=0, atol=1e-10,
+                                 err_msg=f'world {w}')
+      np.testing.assert_array_equal(np.asarray(ncon[w]), np.asarray(ref_ncon))
+    assert int(ncon[:, -1].min()) > 0                       # contacts in every world
+    spread = np.ptp(np.asarray(qpos[:, -1]), axis=0)        # the worlds went different ways
+    assert spread.max() > 1e-3
+
+    # the same through model_axes on a batched Model (what a user writes)
+    batched = dataclasses.replace(
+        m, **{k: v for k, v in worlds.items() if '.' not in k},
+        opt=dataclasses.replace(m.opt, **{k[4:]: v for k, v in worlds.items() if '.' in k}))
+    maxes = mjx_py.model_axes(m, FIELDS)
+    qpos2, _ = jax.jit(jax.vmap(lambda mm, c: _rollout(mjx_py.set_const(mm), d0, c),
+                                in_axes=(maxes, 0)))(batched, ctrls)
+    np.testing.assert_allclose(np.asarray(qpos2), np.asarray(qpos), rtol=0, atol=1e-12)
+
+
+def test_model_axes_refuses_static_fields():
+  m = mjx_py.from_xml_string(SCENE)
+  axes = mjx_py.model_axes(m, ['body_mass', 'opt.wind'])
+  assert axes.body_mass == 0 and axes.opt.wind == 0 and axes.geom_size is None
+  for bad in ['nbody', 'opt.solver', 'opt.iterations', 'body_masses', 'opt.gravity.x']:
+    with pytest.raises(ValueError, match='model_axes'):
+      mjx_py.model_axes(m, [bad])
+
+
+SHARDED = textwrap.dedent('''
+    import dataclasses, sys
+    import jax, jax.numpy as jnp, numpy as np
+    jax.config.update('jax_enable_x64', True)
+    sys.path.insert(0, {tests!r})
+    import mjx_py
+    from test_batch import SCENE
+    assert len(jax.devices()) == 2, jax.devices()
+    m = mjx_py.from_xml_string(SCENE)
+    d0 = mjx_py.make_data(m)
+    n, nstep = 4, 25
+    mass = jnp.asarray(np.asarray(m.body_mass) * np.linspace(0.6, 1.4, n)[:, None])
+    ctrls = jnp.asarray(np.random.default_rng(2).uniform(-1, 1, (n, nstep, m.nu)))
+
+    def run(mass, ctrls):
+        def one(mass, ctrl):
+            mm = mjx_py.set_const(dataclasses.replace(m, body_mass=mass))
+            def body(d, c):
+                d = mjx_py.step(mm, dataclasses.replace(d, ctrl=c))
+                return d, d.qpos
+            return jax.lax.scan(body, d0, ctrl)[1]
+        return jax.vmap(one)(mass, ctrls)
+
+    fn = jax.jit(run)
+    ref = fn(mass, ctrls)
+    smass, sctrls = mjx_py.shard_batch((mass, ctrls))
+    assert len(smass.sharding.device_set) == 2
+    out = fn(smass, sctrls)
+    assert len(out.sharding.device_set) == 2, out.sharding
+    assert not out.sharding.is_fully_replicated
+    err = float(jnp.max(jnp.abs(out - ref)))
+    assert err < 1e-12, err
+    try:
+        mjx_py.shard_batch(jnp.zeros((3, 2)))
+        raise SystemExit('no error for 3 worlds on 2 devices')
+    except ValueError as e:
+        assert 'cannot be split' in str(e)
+    rep = mjx_py.replicate(m)
+    assert rep.body_mass.sharding.is_fully_replicated
+    print('sharded ok', err)
+''')
+
+
+def test_shard_batch_on_two_host_devices():
+  env = dict(os.environ)
+  env['XLA_FLAGS'] = (env.get('XLA_FLAGS', '') +
+                      ' --xla_force_host_platform_device_count=2').strip()
+  env['JAX_PLATFORMS'] = 'cpu'
+  script = SHARDED.format(tests=os.path.join(ROOT, 'tests'))
+  res = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True, text=True,
+                       timeout=600)
+  assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+  assert 'sharded ok' in res.stdout
