@@ -23,8 +23,17 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def _peak_rss_mb() -> float:
+def peak_rss_mb() -> float:
+  """This process's peak resident memory (MB)."""
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def peak_device_mb() -> float | None:
+  """Peak memory in use on the first device (MB), where the backend reports it (GPU, TPU);
+  None on CPU."""
+  stats = jax.devices()[0].memory_stats() or {}
+  peak = stats.get('peak_bytes_in_use')
+  return None if peak is None else peak / 2**20
 
 
 def disable_constraints(xml: str) -> str:
@@ -43,7 +52,7 @@ def _prepare_xml(path: str, smooth: bool) -> str:
   return disable_constraints(xml) if smooth else xml
 
 
-def _model_and_controls(xml: str, shape: tuple, seed: int, base_dir: str):
+def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = ''):
   """The compiled Model, its zero Data and random controls of shape ``shape + (nu,)``: uniform
   in the control range where limited, standard normal elsewhere."""
   import mjx_py
@@ -58,20 +67,30 @@ def _model_and_controls(xml: str, shape: tuple, seed: int, base_dir: str):
   return m, d0, jnp.asarray(ctrl, dtype=d0.qpos.dtype)
 
 
-def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = ''):
-  """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps."""
+def batched_rollout(m):
+  """rollout(d, ctrls) -> d: ``len(ctrls)`` steps of ``jax.vmap(step)`` over the batched Data
+  ``d`` (leading axis: worlds), ctrls (nstep, batch, nu) set before each step (lax.scan)."""
   from mjx_py.forward import step
-  m, d0, ctrl = _model_and_controls(xml, (nstep, batch), seed, base_dir)
-  dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
 
   def rollout(d, ctrls):
     def body(d, c):
       d = jax.vmap(lambda d, c: step(m, d.__class__(**{**vars(d), 'ctrl': c})))(d, c)
       return d, None
     return jax.lax.scan(body, d, ctrls)[0]
+  return rollout
 
+
+def broadcast_batch(d, batch: int):
+  """``batch`` copies of the Data ``d`` stacked on a leading axis."""
+  return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d)
+
+
+def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = ''):
+  """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps."""
+  m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir)
+  dbatch = broadcast_batch(d0, batch)
   t0 = time.perf_counter()
-  fn = jax.jit(rollout).lower(dbatch, ctrl).compile()
+  fn = jax.jit(batched_rollout(m)).lower(dbatch, ctrl).compile()
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(fn(dbatch, ctrl))
   t0 = time.perf_counter()
@@ -87,7 +106,7 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = ''):
   sequence. Returns (compile s of the jitted step, compile s of the jitted gradient, seconds
   per forward rollout, seconds per gradient), the runs timed after a warm-up call."""
   from mjx_py.forward import step
-  m, d0, ctrl = _model_and_controls(xml, (nstep,), seed, base_dir)
+  m, d0, ctrl = model_and_controls(xml, (nstep,), seed, base_dir)
 
   def rollout(qvel, ctrls):
     def body(d, c):
@@ -136,7 +155,7 @@ def main(argv=None) -> int:
     cs, cg, tf, tg = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model))
     print(f'grad through {args.grad} steps: step compile {cs:.2f} s, grad compile {cg:.2f} s, '
           f'forward {tf * 1e3:.1f} ms, grad {tg * 1e3:.1f} ms ({tg / tf:.2f}x the forward)')
-  print(f'peak RSS {_peak_rss_mb():.0f} MB')
+  print(f'peak RSS {peak_rss_mb():.0f} MB')
   return 0
 
 

@@ -119,9 +119,18 @@ def test_missing_file_is_mjcf_error(tmp_path):
 def test_main_job_prints_summary(capsys):
   from mjx_py.__main__ import main
   cartpole = os.path.join(ROOT, 'models', 'cartpole.xml')
-  assert main([cartpole, '--repeat', '1', '--batch', '2', '--nstep', '5']) == 0
-  out = capsys.readouterr().out
-  assert 'nq=' in out and 'compile' in out and 'steps/s' in out
+  assert main([cartpole, '--repeat', '1', '--batch', '2', '--nstep', '5', '--compare',
+               '--no-mjx']) == 0
+  captured = capsys.readouterr()
+  out = captured.out
+  assert 'nq=' in out and 'jit compile' in out and 'env-steps/s' in out
+  assert 'peak memory' in out and 'warnings raised: 0' in out
+  assert '[' + '#' * 30 + '] 5/5 steps' in captured.err      # the progress bar reached the end
+  table = out[out.index('engine'):].splitlines()
+  assert [r.split('  ')[0] for r in table[1:4]] == ['mjx_py', 'MuJoCo C, 1 thread',
+                                                      f'MuJoCo C, {os.cpu_count()} threads']
+  for row in table[1:4]:
+    assert float(row.split()[-1].replace(',', '')) > 0
 
 
 def test_internal_entities_are_not_expanded():
