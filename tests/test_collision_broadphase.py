@@ -50,7 +50,7 @@ def _check_counts(arrays, label):
   table = driver.pair_tables(arrays, 'table')
   sweep = driver.pair_tables(arrays, 'sap')
   assert sweep['broadphase'] == 'sap' and table['broadphase'] == 'table'
-  for k in ('ncandidate', 'ncon_total', 'ngeom_collide', 'ndynamic'):
+  for k in ('ncandidate', 'ncon_total', 'ngeom_collide', 'ncon_budget', 'ndynamic'):
     assert sweep[k] == table[k], f'{label}: {k}'
   explicit = table['col_pairid'] >= 0
   np.testing.assert_array_equal(sweep['col_geom'], table['col_geom'][explicit], err_msg=label)

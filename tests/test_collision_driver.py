@@ -310,7 +310,12 @@ def test_default_capacity_rule():
     t = pair_tables(arrays)
     for broadphase in PATHS:   # the sweep counts the same candidates without listing them
       m = mjx_py.put_model(arrays, broadphase=broadphase)
-      assert m.nconmax == min(t['ncon_total'], max(64, 6 * t['ngeom_collide']))
+      types = np.asarray(arrays['geom_type'], int)[np.unique(t['col_geom'])]
+      budget = sum(driver.NCON_BUDGET[k] for k in types)
+      if driver.HFIELD in types:
+        budget += driver.HFIELD_EXTRA * int(np.sum(types != driver.HFIELD))
+      assert budget > 0 and len(types) == t['ngeom_collide']
+      assert m.nconmax == min(t['ncon_total'], max(driver.MIN_NCONMAX, budget))
       assert mjx_py.make_data(m).contact.dist.shape == (m.nconmax,)
 
 

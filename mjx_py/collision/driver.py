@@ -63,16 +63,21 @@ candidates of that type pair left to the sweep (0 on the table path); ``nconmax`
 
 Capacity (``nconmax``, static): ``put_model(..., nconmax=N)`` if given, else ``<size nconmax>``
 if it is >= 0 (0, as in MuJoCo, means no collision detection at all), else
-``min(total, max(64, 6 * ngeom_collide))``: ``total`` is the most contacts all candidates can
-produce at once (sum of each pair's routine size, so small models are never truncated), and
-``ngeom_collide`` the number of geoms that appear in some candidate pair (six contacts per geom
-covers boxes resting on a floor and on each other). Pair capacity (``npairmax``, static, both
-paths, like MJX's ``max_geom_pairs``): the most pairs of one geom type pair whose narrowphase
-runs in a step; ``put_model(..., npairmax=N)`` if given, else ``nconmax`` (a pair that touches
-makes at least one contact). The narrowphase costs far more than either broadphase, and a type
-pair's cost is its capacity, not the pairs that touch: a lower npairmax speeds up piles whose
-contacts spread over several type pairs (the settled 300-body pile of
-examples/compare_collision.py has at most ~250 bounding-overlapping pairs of each type pair for
+``min(total, max(16, budget))``: ``total`` is the most contacts all candidates can produce at
+once (sum of each pair's routine size, so small models are never truncated), and ``budget`` sums
+over the geoms that appear in some candidate pair a per-type count (``NCON_BUDGET``: sphere and
+ellipsoid 2, capsule 3, cylinder 4, box and mesh 6, planes and height fields 0; 4 more per geom
+when the model collides with a height field). Everything downstream of collision (the contact
+and constraint-row buffers, the solver's iterations) costs in proportion to this capacity, not
+to the contacts in use, so it is sized for resting contact with some margin rather than for the
+worst case: MuJoCo's humanoid flailing and falling for 24,000 steps never exceeded 11 contacts
+(capacity 54), the five-box stack 30 (capacity 39). A bigger scene sets ``nconmax``.
+Pair capacity (``npairmax``, static, both paths, like MJX's ``max_geom_pairs``): the most pairs of
+one geom type pair whose narrowphase runs in a step; ``put_model(..., npairmax=N)`` if given, else
+``nconmax`` (a pair that touches makes at least one contact). The narrowphase costs far more than
+either broadphase, and a type pair's cost is its capacity, not the pairs that touch: a lower
+npairmax speeds up piles whose contacts spread over several type pairs (the settled 300-body pile
+of examples/compare_collision.py has at most ~250 bounding-overlapping pairs of each type pair for
 ~950 contacts).
 
 When more contacts are found than fit, the deepest (smallest ``dist``) are kept, still in
@@ -106,8 +111,14 @@ DSBL_CONSTRAINT, DSBL_CONTACT, DSBL_FILTERPARENT, DSBL_NATIVECCD = 1, 16, 1 << 9
 ENBL_OVERRIDE, ENBL_MULTICCD = 1, 1 << 4
 MINMU = 1e-5           # mjMINMU
 WARN_CONTACTFULL = 1   # mjtWarning
-MIN_NCONMAX = 64       # default capacity: at least this many contacts ...
-NCON_PER_GEOM = 6      # ... or this many per colliding geom (never more than can occur)
+# default contact capacity: the sum over the geoms in some candidate pair of a budget by type
+# (what such a geom makes resting on a floor and touching a neighbour: a sphere 1 + 1, a capsule
+# lying flat 2 + 1, a box face 4 + 2), HFIELD_EXTRA more for each when the model collides with
+# a height field (prisms multiply contacts), at least MIN_NCONMAX, never more than can occur
+NCON_BUDGET = {PLANE: 0, HFIELD: 0, SPHERE: 2, CAPSULE: 3, ELLIPSOID: 2, CYLINDER: 4, BOX: 6,
+               MESH: 6, SDF: 6}
+HFIELD_EXTRA = 4
+MIN_NCONMAX = 16
 BROADPHASES = ('auto', 'table', 'sap')
 # 'auto' takes the sweep above this many dynamic candidate pairs. Measured on CPU (2 shared
 # cores, free spheres and boxes scattered on a plane, broadphase alone, default capacities):
@@ -359,6 +370,10 @@ def _rows(c: dict, g1, g2, sweep: dict, partners) -> dict:
   collide[cg1] = collide[cg2] = True
   if partners is not None:
     collide |= partners.sum(axis=1) > 0
+  ctypes = gtype[collide]
+  budget = sum(NCON_BUDGET[int(t)] for t in ctypes)
+  if np.any(ctypes == HFIELD):
+    budget += HFIELD_EXTRA * int(np.sum(ctypes != HFIELD))
   return {
       'col_geom': np.stack([cg1, cg2], axis=1).reshape(-1, 2).astype(np.int32),
       'col_pairid': pairid.astype(np.int32),
@@ -368,6 +383,7 @@ def _rows(c: dict, g1, g2, sweep: dict, partners) -> dict:
       'ncandidate': int(cg1.size) + sum(sweep.values()),
       'ncon_total': int(np.sum(nslot)) + sum(n * ncon[k] for k, n in sweep.items()),
       'ngeom_collide': int(collide.sum()),
+      'ncon_budget': int(budget),
   }
 
 
@@ -428,8 +444,7 @@ def capacity(size_nconmax: int, tables: dict, nconmax: int | None = None) -> int
     return int(nconmax)
   if size_nconmax >= 0:
     return int(size_nconmax)
-  return int(min(tables['ncon_total'],
-                 max(MIN_NCONMAX, NCON_PER_GEOM * tables['ngeom_collide'])))
+  return int(min(tables['ncon_total'], max(MIN_NCONMAX, tables['ncon_budget'])))
 
 
 def pair_capacity(nconmax: int, npairmax: int | None = None) -> int:
