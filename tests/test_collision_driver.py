@@ -343,7 +343,7 @@ def test_size_nconmax_and_override(broadphase):
     return mjx_py.from_xml_string(xml, broadphase=broadphase, **kw)
   assert load(_spheres('<size nconmax="5"/>')).nconmax == 5
   assert load(_spheres('<size nconmax="5"/>'), nconmax=7).nconmax == 7
-  assert load(_spheres()).nconmax == 8 + 28   # every slot fits (< 64)
+  assert load(_spheres()).nconmax == 16       # the budget: 2 per sphere (8 + 28 slots exist)
   with pytest.raises(ValueError):
     load(_spheres(), nconmax=-1)
   # nconmax = 0: no collision detection at all, as in MuJoCo
