@@ -3,17 +3,96 @@
 Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [--mjx-nstep 20]
      [--smooth] [--no-mjx] [--option "<option noslip_iterations=\"0\"/>"]
 Needs the bench extra (mujoco, mujoco-mjx). All three run in one run on one machine (MJX in a
-child process that is given up after --mjx-timeout), so the ratios are comparable. For one
-batch size, ``mjx-py MODEL --batch B --compare`` prints the same comparison.
+child process, given up after --mjx-timeout), so the ratios are comparable. ``mjx-py MODEL
+--compare`` runs this script for its batch size. The engine itself never imports mujoco: it is
+the tests' oracle and this script's reference.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import queue as queue_module
 import re
+import time
 
-from mjx_py import compare, testspeed
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mjx_py import testspeed
+
+
+def _time_mujoco(xml: str, batch: int, nstep: int, threads: int):
+  import mujoco
+  from mujoco import rollout
+  mj = mujoco.MjModel.from_xml_string(xml)
+  datas = [mujoco.MjData(mj) for _ in range(max(threads, 1))]
+  state0 = np.zeros((batch, mujoco.mj_stateSize(mj, mujoco.mjtState.mjSTATE_FULLPHYSICS)))
+  for i in range(batch):
+    mujoco.mj_getState(mj, datas[0], state0[i], mujoco.mjtState.mjSTATE_FULLPHYSICS)
+  lo, hi = mj.actuator_ctrlrange.T
+  rng = np.random.default_rng(0)
+  ctrl = np.where(mj.actuator_ctrllimited, lo + (hi - lo) * rng.random((batch, nstep, mj.nu)),
+                  rng.standard_normal((batch, nstep, mj.nu)))
+  runner = rollout.Rollout(nthread=threads) if threads > 1 else None
+  t0 = time.perf_counter()
+  if runner is not None:
+    runner.rollout([mj] * batch, datas, state0, ctrl)
+  else:
+    rollout.rollout([mj] * batch, datas[0], state0, ctrl)
+  return batch * nstep / (time.perf_counter() - t0)
+
+
+def _time_mjx(xml: str, batch: int, nstep: int):
+  import mujoco
+  from mujoco import mjx
+  spec = mujoco.MjSpec.from_string(xml)
+  for s in list(spec.sensors):  # MJX lacks several sensor types; sensors are not timed here
+    s.delete()
+  mj = spec.compile()
+  mx = mjx.put_model(mj)
+  d0 = mjx.make_data(mx)
+  dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
+  ctrl = jnp.zeros((nstep, batch, mj.nu))
+
+  def rollout(d, ctrls):
+    def body(d, c):
+      return jax.vmap(lambda d, c: mjx.step(mx, d.replace(ctrl=c)))(d, c), None
+    return jax.lax.scan(body, d, ctrls)[0]
+
+  t0 = time.perf_counter()
+  fn = jax.jit(rollout).lower(dbatch, ctrl).compile()
+  compile_s = time.perf_counter() - t0
+  jax.block_until_ready(fn(dbatch, ctrl))
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn(dbatch, ctrl))
+  return compile_s, batch * nstep / (time.perf_counter() - t0)
+
+
+def _mjx_worker(xml, batch, nstep, queue):
+  try:
+    queue.put(_time_mjx(xml, batch, nstep))
+  except Exception as e:  # MJX does not support every model
+    queue.put(f'n/a ({type(e).__name__}: {e})')
+
+
+def _time_mjx_limited(xml: str, batch: int, nstep: int, timeout: float):
+  """_time_mjx in a child process, given up after ``timeout`` seconds (MJX's XLA compile on
+  CPU can take many minutes, e.g. for a 20-link chain): (compile s, steps/s) or a message."""
+  ctx = multiprocessing.get_context('spawn')
+  queue = ctx.Queue()
+  proc = ctx.Process(target=_mjx_worker, args=(xml, batch, nstep, queue))
+  t0 = time.perf_counter()
+  proc.start()
+  try:
+    return queue.get(timeout=timeout)
+  except queue_module.Empty:
+    return f'not finished in {time.perf_counter() - t0:.0f} s'
+  finally:
+    proc.kill()
+    proc.join()
 
 
 def main():
@@ -45,13 +124,13 @@ def main():
     c, sps = testspeed.time_rollout(xml, batch, args.nstep,
                                     base_dir=os.path.dirname(args.model))
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
-    c1 = compare.time_mujoco(xml, batch, args.nstep, 1)
-    cn = compare.time_mujoco(xml, batch, args.nstep, ncpu)
+    c1 = _time_mujoco(xml, batch, args.nstep, 1)
+    cn = _time_mujoco(xml, batch, args.nstep, ncpu)
     print(f'{c1:>12,.0f} {cn:>12,.0f}', end=' ', flush=True)
     if args.no_mjx:
       print(flush=True)
       continue
-    res = compare.time_mjx_limited(xml, batch, args.mjx_nstep, args.mjx_timeout)
+    res = _time_mjx_limited(xml, batch, args.mjx_nstep, args.mjx_timeout)
     if isinstance(res, str):
       print(f'MJX: {res}', flush=True)
     else:

@@ -4,8 +4,10 @@ The main job: compiles a model (MJCF -> Model, then jit of the batched step), si
 worlds for N steps with random controls under a progress bar (the full step: contacts, limits,
 equality and friction loss, solved by the model's constraint solver; ``--smooth`` switches the
 constraints off), and prints env-steps/s, the jit compile time and the peak memory.
-``--compare`` also runs MuJoCo C (``mujoco.rollout``, 1 thread and all cores) and MJX on the
-same model and batch, and prints the three side by side (needs the ``bench`` extra).
+``--compare`` then runs examples/compare_speed.py (a source checkout's benchmark script) on the
+same model and batch in a child process: mjx_py, MuJoCo C (``mujoco.rollout``, 1 thread and all
+cores) and MJX side by side from one run. The package never imports mujoco (the tests' oracle);
+that script does, and needs the ``bench`` extra.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import os
 import sys
 import time
 
-DEFAULT_MODEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             'models', 'humanoid.xml')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODEL = os.path.join(ROOT, 'models', 'humanoid.xml')
+COMPARE_SCRIPT = os.path.join(ROOT, 'examples', 'compare_speed.py')
 BAR = 30
 
 
@@ -29,8 +32,8 @@ def main(argv=None) -> int:
   parser.add_argument('--smooth', action='store_true',
                       help='disable the constraints (contacts, limits, equality, friction loss)')
   parser.add_argument('--compare', action='store_true',
-                      help='also run MuJoCo C and MJX on the same model and batch and print a '
-                           'side-by-side table (needs the bench extra)')
+                      help='then run examples/compare_speed.py (mjx_py, MuJoCo C and MJX side by '
+                           'side) on the same model and batch (needs the bench extra)')
   parser.add_argument('--mjx-nstep', type=int, default=20,
                       help='steps per MJX rollout with --compare (MJX is slow on CPU)')
   parser.add_argument('--mjx-timeout', type=float, default=600,
@@ -65,14 +68,10 @@ def main(argv=None) -> int:
     if args.smooth:
       from .testspeed import disable_constraints
       xml = disable_constraints(xml)
-    sps = simulate(xml, args.batch, args.nstep, os.path.dirname(args.model), args.smooth,
-                   progress=not args.no_progress)
+    simulate(xml, args.batch, args.nstep, os.path.dirname(args.model), args.smooth,
+             progress=not args.no_progress)
     if args.compare:
-      try:
-        _compare(xml, args, sps)
-      except RuntimeError as e:
-        print(f'error: {e}', file=sys.stderr)
-        return 1
+      return _compare(args)
   return 0
 
 
@@ -122,24 +121,25 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   return sps
 
 
-def _compare(xml: str, args, sps: float) -> None:
-  """MuJoCo C and MJX on the same model and batch; a side-by-side table."""
-  from . import compare
-  ncpu = os.cpu_count() or 1
-  rows = [('mjx_py', f'{sps:,.0f}')]
-  print('running MuJoCo C (mujoco.rollout) ...', flush=True)
-  rows.append(('MuJoCo C, 1 thread', f'{compare.time_mujoco(xml, args.batch, args.nstep, 1):,.0f}'))
-  rows.append((f'MuJoCo C, {ncpu} threads',
-               f'{compare.time_mujoco(xml, args.batch, args.nstep, ncpu):,.0f}'))
-  if not args.no_mjx:
-    print(f'running MJX ({args.mjx_nstep} steps, up to {args.mjx_timeout:.0f} s) ...', flush=True)
-    res = compare.time_mjx_limited(xml, args.batch, args.mjx_nstep, args.mjx_timeout)
-    rows.append(('MJX', res if isinstance(res, str) else
-                 f'{res[1]:,.0f} (jit compile {res[0]:.2f} s)'))
-  width = max(len(r[0]) for r in rows)
-  print(f'\n{"engine":<{width}}  env-steps/s at batch {args.batch}')
-  for name, value in rows:
-    print(f'{name:<{width}}  {value}')
+def _compare(args) -> int:
+  """Runs examples/compare_speed.py on the same model, batch and steps in a child process and
+  prints its side-by-side table. Returns the exit status."""
+  import subprocess
+  if not os.path.exists(COMPARE_SCRIPT):
+    print(f'error: --compare needs a source checkout ({COMPARE_SCRIPT} is missing)',
+          file=sys.stderr)
+    return 1
+  cmd = [sys.executable, COMPARE_SCRIPT, args.model, '--batch', str(args.batch), '--nstep',
+         str(args.nstep), '--mjx-nstep', str(args.mjx_nstep), '--mjx-timeout',
+         str(args.mjx_timeout)]
+  cmd += ['--no-mjx'] * args.no_mjx + ['--smooth'] * args.smooth
+  print('side by side (examples/compare_speed.py, one run) ...', flush=True)
+  res = subprocess.run(cmd, capture_output=True, text=True)
+  print(res.stdout, end='')
+  if res.returncode:
+    hint = (" (pip install -e '.[bench]')" if 'No module named' in res.stderr else '')
+    print(f'error: the comparison failed{hint}:\n{res.stderr[-2000:]}', file=sys.stderr)
+  return res.returncode
 
 
 if __name__ == '__main__':

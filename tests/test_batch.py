@@ -76,12 +76,11 @@ def _worlds(m):
   }
 
 
-def _with(m, fields):
-  """m with the given (dotted) fields replaced, then its constants recomputed."""
+def _replace(m, fields):
+  """m with the given fields replaced (``opt.`` names in m.opt)."""
   top = {k: v for k, v in fields.items() if '.' not in k}
   opt = {k[4:]: v for k, v in fields.items() if k.startswith('opt.')}
-  m = dataclasses.replace(m, **top, opt=dataclasses.replace(m.opt, **opt))
-  return mjx_py.set_const(m)
+  return dataclasses.replace(m, **top, opt=dataclasses.replace(m.opt, **opt))
 
 
 def _rollout(m, d, ctrls):
@@ -99,7 +98,7 @@ def test_vmap_over_batched_model_equals_per_world_models():
     ctrls = jnp.asarray(np.random.default_rng(1).uniform(-1, 1, (NWORLD, NSTEP, m.nu)))
 
     def one(fields, ctrl):
-      return _rollout(_with(m, fields), d0, ctrl)
+      return _rollout(mjx_py.set_const(_replace(m, fields)), d0, ctrl)
     axes = {k: 0 for k in worlds}
     qpos, ncon = jax.jit(jax.vmap(one, in_axes=(axes, 0)))(worlds, ctrls)
 
@@ -114,9 +113,7 @@ def test_vmap_over_batched_model_equals_per_world_models():
     assert spread.max() > 1e-3
 
     # the same through model_axes on a batched Model (what a user writes)
-    batched = dataclasses.replace(
-        m, **{k: v for k, v in worlds.items() if '.' not in k},
-        opt=dataclasses.replace(m.opt, **{k[4:]: v for k, v in worlds.items() if '.' in k}))
+    batched = _replace(m, worlds)
     maxes = mjx_py.model_axes(m, FIELDS)
     qpos2, _ = jax.jit(jax.vmap(lambda mm, c: _rollout(mjx_py.set_const(mm), d0, c),
                                 in_axes=(maxes, 0)))(batched, ctrls)
