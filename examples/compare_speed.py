@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mjx_py import testspeed
+from mjx_py.xla import compile_options
 
 
 def _time_mujoco(xml: str, batch: int, nstep: int, threads: int):
@@ -110,6 +111,8 @@ def main():
   parser.add_argument('--option', default='',
                       help='an <option .../> element appended to the model for all three '
                            'engines, e.g. \'<option noslip_iterations="0"/>\'')
+  parser.add_argument('--fast-compile', action='store_true',
+                      help="compile mjx_py's rollout with mjx_py.FAST_COMPILE")
   args = parser.parse_args()
   with open(args.model) as f:
     xml = f.read()
@@ -121,8 +124,9 @@ def main():
   print(f"{'batch':>6} {'ours':>12} {'compile s':>10} {'MuJoCo 1thr':>12} "
         f"{f'MuJoCo {ncpu}thr':>12} {'MJX':>12} {'MJX compile':>11}  (steps/s)")
   for batch in args.batch:
-    c, sps = testspeed.time_rollout(xml, batch, args.nstep,
-                                    base_dir=os.path.dirname(args.model))
+    c, sps = testspeed.time_rollout(
+        xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
+        compiler_options=compile_options(args.fast_compile))
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
     c1 = _time_mujoco(xml, batch, args.nstep, 1)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu)

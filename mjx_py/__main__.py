@@ -40,6 +40,9 @@ def main(argv=None) -> int:
                       help='seconds before the MJX measurement is given up')
   parser.add_argument('--no-mjx', action='store_true', help='with --compare: MuJoCo C only')
   parser.add_argument('--no-progress', action='store_true', help='no progress bar')
+  parser.add_argument('--full-opt', action='store_true',
+                      help="compile with XLA's default CPU emitters (slower to compile, more "
+                           'memory, a few percent faster to run) instead of mjx_py.FAST_COMPILE')
   args = parser.parse_args(argv)
 
   from . import MJCFError, mjcf, put_model
@@ -69,7 +72,7 @@ def main(argv=None) -> int:
       from .testspeed import disable_constraints
       xml = disable_constraints(xml)
     simulate(xml, args.batch, args.nstep, os.path.dirname(args.model), args.smooth,
-             progress=not args.no_progress)
+             progress=not args.no_progress, fast_compile=not args.full_opt)
     if args.compare:
       return _compare(args)
   return 0
@@ -84,13 +87,15 @@ def _progress(done: int, total: int, steps_per_s: float) -> None:
 
 
 def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
-             progress: bool = True) -> float:
+             progress: bool = True, fast_compile: bool = True) -> float:
   """Compiles the batched step and runs ``batch`` worlds for about ``nstep`` steps (whole
   chunks of a jitted lax.scan, so that the bar can move), printing the compile time,
-  env-steps/s and peak memory. Returns env-steps/s."""
+  env-steps/s and peak memory. Returns env-steps/s. ``fast_compile``: compile with
+  mjx_py.FAST_COMPILE (else XLA's defaults)."""
   import jax
 
   from . import testspeed
+  from .xla import compile_options
   chunk = max(1, nstep // 20)
   nchunk = -(-nstep // chunk)
   m, d, ctrl = testspeed.model_and_controls(xml, (nchunk, chunk, batch), base_dir=base_dir)
@@ -98,9 +103,11 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   print('simulating ' + ('without constraints' if smooth else 'with contacts and constraints')
         + f' on {testspeed.device_name()}: {batch} worlds x {nchunk * chunk} steps')
   t0 = time.perf_counter()
-  fn = jax.jit(testspeed.batched_rollout(m)).lower(d, ctrl[0]).compile()
+  options = compile_options(fast_compile)
+  fn = jax.jit(testspeed.batched_rollout(m)).lower(d, ctrl[0]).compile(compiler_options=options)
   jit_s = time.perf_counter() - t0
-  print(f'jit compile of the batched step: {jit_s:.2f} s')
+  print(f'jit compile of the batched step: {jit_s:.2f} s'
+        + (' (mjx_py.FAST_COMPILE)' if options else " (XLA's default options)"))
   jax.block_until_ready(fn(d, ctrl[0]))        # warm-up (first-run allocations)
   t0 = time.perf_counter()
   for i in range(nchunk):
@@ -132,7 +139,8 @@ def _compare(args) -> int:
   cmd = [sys.executable, COMPARE_SCRIPT, args.model, '--batch', str(args.batch), '--nstep',
          str(args.nstep), '--mjx-nstep', str(args.mjx_nstep), '--mjx-timeout',
          str(args.mjx_timeout)]
-  cmd += ['--no-mjx'] * args.no_mjx + ['--smooth'] * args.smooth
+  cmd += (['--no-mjx'] * args.no_mjx + ['--smooth'] * args.smooth
+          + ['--fast-compile'] * (not args.full_opt))
   print('side by side (examples/compare_speed.py, one run) ...', flush=True)
   res = subprocess.run(cmd, capture_output=True, text=True)
   print(res.stdout, end='')

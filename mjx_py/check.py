@@ -2,6 +2,7 @@
 
 check_pos(m, d) -> d          reads qpos; writes everything (on a reset) or warning_counts
 check_vel(m, d) -> d          reads qvel; the same
+check_pos_vel(m, d) -> d      both, with one reset (what step runs)
 check_acc(m, d) -> (d, bad)   reads qacc; writes warning_counts; bad: the world is to be reset
 reset_after(m, d, bad) -> d   after the integrator: the reset state where bad
 
@@ -21,12 +22,14 @@ magnitude (mju_isBad; infinities included). As MuJoCo:
 So a diverged world of a batch is flagged (and by default restarted) instead of poisoning the
 batch's statistics.
 
-Cost. The reset (a select of the reset state over every Data field) runs under a lax.cond
+Cost. The reset is a select of the reset state where the world is bad, under a lax.cond
 whose predicate is "some world of the batch is bad": ``batch_any`` is a custom_vmap function
 whose batching rule reduces over the batch (and, nested, over every enclosing vmap), so the
 predicate stays unbatched and the branch is skipped at run time in every step where no world is
-bad. Gradients: the reset state depends on the Model only, and its derivative is not
-propagated (the Model enters the reset branch through stop_gradient).
+bad. The qpos / qvel checks share one reset, over ``STATE_FIELDS`` only (forward rewrites the
+rest); the reset after a bad qacc covers every field, so that the world holds MuJoCo's reset
+state. Gradients: the reset state's Model-dependent values (qpos0, mocap poses) enter through
+stop_gradient, so the reset carries no derivative with respect to the Model.
 """
 
 from __future__ import annotations
@@ -69,24 +72,54 @@ def _autoreset(m) -> bool:
   return not m.opt.disableflags & DSBL_AUTORESET
 
 
-def reset_state(m, d, warning: int):
+# The Data fields that forward reads before (or without) writing them: the state, the inputs,
+# the warm start and the outputs that only some models compute. The reset before forward
+# (check_pos_vel) resets only these, since forward then rewrites every other field from them;
+# resetting all ~130 fields there made the check a tenth of the step's program.
+STATE_FIELDS = ('time', 'qpos', 'qvel', 'act', 'qacc_warmstart', 'ctrl', 'qfrc_applied',
+                'xfrc_applied', 'mocap_pos', 'mocap_quat', 'eq_active', 'sensordata', 'energy',
+                'warning_counts')
+
+
+def reset_state(m, d, warning, fields=None):
   """MuJoCo's reset state for the Model of ``d`` (dtypes of d; no derivative w.r.t. the
-  Model) with warning counter ``warning`` at 1 and the others at 0."""
-  fresh = make_data(jax.tree_util.tree_map(lax.stop_gradient, m))
-  fresh = jax.tree_util.tree_map(lambda a, b: jnp.asarray(a, b.dtype), fresh, d)
+  Model) with warning counter ``warning`` (an int, or a traced int scalar) at 1 and the
+  others at 0. ``fields``: reset only these Data fields (the others keep d's values)."""
+  fresh = make_data(m)
+  # the reset state's Model-dependent values (qpos0, the mocap bodies' poses) carry no
+  # derivative; the other fields are constants
+  fresh = dataclasses.replace(fresh, qpos=lax.stop_gradient(fresh.qpos),
+                              mocap_pos=lax.stop_gradient(fresh.mocap_pos),
+                              mocap_quat=lax.stop_gradient(fresh.mocap_quat))
   counts = jnp.zeros_like(d.warning_counts).at[warning].set(1)
-  return dataclasses.replace(fresh, warning_counts=counts)
+  fresh = dataclasses.replace(fresh, warning_counts=counts)
+  names = [f.name for f in dataclasses.fields(d)] if fields is None else fields
+  return dataclasses.replace(d, **{
+      n: jax.tree_util.tree_map(lambda a, b: jnp.asarray(a, b.dtype), getattr(fresh, n),
+                                getattr(d, n)) for n in names})
 
 
 def _select(bad, new, old):
   return jax.tree_util.tree_map(lambda a, b: jnp.where(bad, a, b), new, old)
 
 
+def _reset_where(m, d, bad, warning, fields=None):
+  """d with the fields ``fields`` (None: all) at the reset state where ``bad``, under a
+  lax.cond that skips the reset when no world of the batch is bad."""
+  names = [f.name for f in dataclasses.fields(d)] if fields is None else list(fields)
+
+  def reset(d):
+    fresh = reset_state(m, d, warning, names)
+    return dataclasses.replace(d, **{n: _select(bad, getattr(fresh, n), getattr(d, n))
+                                     for n in names})
+
+  return lax.cond(batch_any(bad), reset, lambda d: d, d)
+
+
 def _check(m, d, x, warning):
   bad = is_bad(x)
   if _autoreset(m):
-    return lax.cond(batch_any(bad), lambda d: _select(bad, reset_state(m, d, warning), d),
-                    lambda d: d, d)
+    return _reset_where(m, d, bad, warning)
   counts = d.warning_counts.at[warning].add(2 * bad.astype(jnp.int32))
   return dataclasses.replace(d, warning_counts=counts)
 
@@ -101,6 +134,20 @@ def check_vel(m, d):
   return _check(m, d, d.qvel, WARN_BADQVEL)
 
 
+def check_pos_vel(m, d):
+  """check_pos then check_vel, with one reset in the program instead of two: a world whose
+  qpos is bad is reset with BADQPOS counted (the reset qvel is then good, as in MuJoCo's
+  sequence), one whose qvel alone is bad with BADQVEL counted."""
+  bad_pos, bad_vel = is_bad(d.qpos), is_bad(d.qvel)
+  if not _autoreset(m):
+    counts = (d.warning_counts.at[WARN_BADQPOS].add(2 * bad_pos.astype(jnp.int32))
+              .at[WARN_BADQVEL].add(2 * bad_vel.astype(jnp.int32)))
+    return dataclasses.replace(d, warning_counts=counts)
+  bad = bad_pos | bad_vel
+  warning = jnp.where(bad_pos, WARN_BADQPOS, WARN_BADQVEL)
+  return _reset_where(m, d, bad, warning, [f for f in STATE_FIELDS if hasattr(d, f)])
+
+
 def check_acc(m, d):
   """mj_checkAcc (see the module docstring): (d with the warning counted, whether the world is
   to be reset after the integrator)."""
@@ -113,9 +160,8 @@ def check_acc(m, d):
 
 def reset_after(m, d, bad):
   """The reset state (warning BADQACC at 1) where ``bad`` (from check_acc), d elsewhere."""
-  return lax.cond(batch_any(bad), lambda d: _select(bad, reset_state(m, d, WARN_BADQACC), d),
-                  lambda d: d, d)
+  return _reset_where(m, d, bad, WARN_BADQACC)
 
 
-__all__ = ['check_pos', 'check_vel', 'check_acc', 'reset_after', 'batch_any', 'is_bad',
-           'reset_state']
+__all__ = ['check_pos', 'check_vel', 'check_pos_vel', 'check_acc', 'reset_after', 'batch_any',
+           'is_bad', 'reset_state', 'STATE_FIELDS']

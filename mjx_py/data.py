@@ -66,6 +66,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 NWARNING = 8
 SOLVER_PGS = 0  # mjtSolver
@@ -166,15 +167,15 @@ jax.tree_util.register_dataclass(Contact, data_fields=[n for n, _, _ in CONTACT_
                                  meta_fields=[])
 
 
-def empty_contact(nconmax: int, dtype=None) -> Contact:
-  """A contact buffer with ``nconmax`` unused rows."""
+def empty_contact(nconmax: int, dtype=None, xp=jnp) -> Contact:
+  """A contact buffer with ``nconmax`` unused rows (``xp``: jnp, or np for host arrays)."""
   dtype = jnp.result_type(float) if dtype is None else dtype
   fields = {}
   for name, shape, kind in CONTACT_FIELDS:
-    fields[name] = jnp.zeros((nconmax,) + shape, dtype if kind == 'f' else jnp.int32)
-  fields['dist'] = jnp.full((nconmax,), EMPTY_DIST, dtype)
+    fields[name] = xp.zeros((nconmax,) + shape, dtype if kind == 'f' else np.int32)
+  fields['dist'] = xp.full((nconmax,), EMPTY_DIST, dtype)
   for name in ('geom1', 'geom2', 'geom', 'efc_address'):
-    fields[name] = -jnp.ones_like(fields[name])
+    fields[name] = -xp.ones_like(fields[name])
   return Contact(**fields)
 
 
@@ -186,30 +187,56 @@ Data.__module__ = __name__
 jax.tree_util.register_dataclass(Data, data_fields=_FIELD_NAMES, meta_fields=[])
 
 
-def _mocap_init(m, dtype):
+def _mocap_init(m, dtype, xp=jnp):
   """Initial mocap poses: the compiled pose of each mocap body, in mocap id order (a scatter
   by body_mocapid, so it also works when the Model is traced)."""
+  if xp is np:
+    mocapid = np.asarray(m.body_mocapid)
+    pos, quat = np.zeros((m.nmocap, 3), dtype), np.zeros((m.nmocap, 4), dtype)
+    mine = mocapid >= 0
+    pos[mocapid[mine]] = np.asarray(m.body_pos)[mine]
+    quat[mocapid[mine]] = np.asarray(m.body_quat)[mine]
+    return pos, quat
   ids = jnp.where(m.body_mocapid >= 0, m.body_mocapid, m.nmocap)  # not mocap: dropped
   pos = jnp.zeros((m.nmocap, 3), dtype).at[ids].set(m.body_pos, mode='drop')
   quat = jnp.zeros((m.nmocap, 4), dtype).at[ids].set(m.body_quat, mode='drop')
   return pos, quat
 
 
+def _eager(m) -> bool:
+  """Whether make_data runs outside any trace (jit / vmap / grad) on a concrete Model: then
+  numpy builds the arrays. Inside a trace jnp does (numpy arrays would become constants
+  embedded in the program)."""
+  leaves = (m.qpos0, m.body_mocapid, m.body_pos, m.body_quat, m.eq_active0)
+  if any(isinstance(x, jax.core.Tracer) for x in leaves):
+    return False
+  try:
+    from jax._src import core
+    return bool(core.trace_state_clean())
+  except (ImportError, AttributeError):   # a JAX without this query: the traceable path
+    return False
+
+
 def make_data(m) -> Data:
   """Data at MuJoCo's reset state for model ``m`` (see module docstring). Traceable: it also
-  works inside jit/vmap with a traced Model."""
+  works inside jit/vmap with a traced Model.
+
+  Outside a trace the arrays are built with numpy and transferred in one device_put:
+  building them with jnp outside jit would compile a small program for every distinct shape
+  (~140 for a humanoid: a second and about 100 MB of a fresh process)."""
   dtype = jnp.result_type(float)
-  fields = {n: jnp.zeros(shape(m), dtype) for n, shape in _SHAPES}
-  fields.update({n: jnp.zeros(shape(m), jnp.int32) for n, shape in _INT_FIELDS.items()})
-  fields['qpos'] = jnp.asarray(m.qpos0, dtype)
-  fields['mocap_pos'], fields['mocap_quat'] = _mocap_init(m, dtype)
-  fields['eq_active'] = jnp.asarray(m.eq_active0, jnp.int32)
-  fields['efc_type'] = jnp.full((m.nefc_max,), EFC_UNUSED, jnp.int32)
-  fields['efc_id'] = jnp.full((m.nefc_max,), EFC_UNUSED, jnp.int32)
-  fields['efc_state'] = jnp.full((m.nefc_max,), EFC_UNUSED, jnp.int32)
-  fields['contact'] = empty_contact(m.nconmax, dtype)
-  fields['ncon'] = jnp.zeros((), jnp.int32)
-  return Data(**fields)
+  xp = np if _eager(m) else jnp
+  fields = {n: xp.zeros(shape(m), dtype) for n, shape in _SHAPES}
+  fields.update({n: xp.zeros(shape(m), np.int32) for n, shape in _INT_FIELDS.items()})
+  fields['qpos'] = xp.asarray(m.qpos0, dtype)
+  fields['mocap_pos'], fields['mocap_quat'] = _mocap_init(m, dtype, xp)
+  fields['eq_active'] = xp.asarray(m.eq_active0, np.int32)
+  for name in ('efc_type', 'efc_id', 'efc_state'):
+    fields[name] = xp.full((m.nefc_max,), EFC_UNUSED, np.int32)
+  fields['contact'] = empty_contact(m.nconmax, dtype, xp)
+  fields['ncon'] = xp.zeros((), np.int32)
+  d = Data(**fields)
+  return jax.device_put(d) if xp is np else d
 
 
 def reset_data(m, d: Data | None = None, key: int | None = None) -> Data:

@@ -8,9 +8,9 @@ forward(m, d) -> d   (mj_forward, mj_forwardSkip with skipsensor)
             energy[1] with the energy flag
   actuation, acceleration (qfrc_smooth, qacc_smooth), constraint (the solver: qacc,
   qfrc_constraint, efc_force), acceleration sensors
-step(m, d) -> d      (mj_step) check_pos, check_vel, forward, check_acc, then the integrator
-                     chosen by m.opt.integrator (RK4's intermediate evaluations skip the sensors,
-                     as MuJoCo's do); worlds with NaN / huge values are counted in
+step(m, d) -> d      (mj_step) check_pos and check_vel (one reset), forward, check_acc, then
+                     the integrator chosen by m.opt.integrator (RK4's intermediate evaluations
+                     skip the sensors, as MuJoCo's do); worlds with NaN / huge values are counted in
                      warning_counts and reset (mjx_py.check).
 
 Model options are static: m.opt.integrator, solver, cone and the disable flags pick the code
@@ -120,8 +120,7 @@ def step(m, d):
   """One simulation step (mj_step): the qpos / qvel checks, forward dynamics, the qacc check,
   then integration (mjx_py.check: bad worlds are flagged and reset)."""
   integrator = m.opt.integrator
-  d = check.check_pos(m, d)
-  d = check.check_vel(m, d)
+  d = check.check_pos_vel(m, d)
   d = forward(m, d)
   d, bad = check.check_acc(m, d)
   if integrator == RK4:

@@ -7,7 +7,9 @@ its centre of mass. Every function acts on one element; batching is the caller's
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 MINVAL = 1e-15  # mjMINVAL
 
@@ -39,30 +41,63 @@ def quat_normalize(q):
   return jnp.where(n > MINVAL, q / jnp.where(n > MINVAL, n, 1.0), ident)
 
 
+def _quat_mul_table():
+  """(16, 4) table: the Hamilton product's 4 components are linear in the 16 products
+  a_i b_j (sign of each term; MuJoCo's mju_mulQuat)."""
+  t = np.zeros((4, 4, 4))
+  terms = {0: [(0, 0, 1), (1, 1, -1), (2, 2, -1), (3, 3, -1)],
+           1: [(0, 1, 1), (1, 0, 1), (2, 3, 1), (3, 2, -1)],
+           2: [(0, 2, 1), (1, 3, -1), (2, 0, 1), (3, 1, 1)],
+           3: [(0, 3, 1), (1, 2, 1), (2, 1, -1), (3, 0, 1)]}
+  for k, row in terms.items():
+    for i, j, sign in row:
+      t[i, j, k] = sign
+  return t.reshape(16, 4)
+
+
+_QUAT_MUL = _quat_mul_table()
+
+
 def quat_mul(a, b):
-  """Hamilton product a * b."""
-  w1, x1, y1, z1 = a[..., 0], a[..., 1], a[..., 2], a[..., 3]
-  w2, x2, y2, z2 = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
-  return jnp.stack([
-      w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
-      w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-      w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
-      w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
-  ], axis=-1)
+  """Hamilton product a * b; a, b (..., 4) -> (..., 4). One contraction of the products
+  a_i b_j with a constant sign table (3 program operations instead of ~30)."""
+  a, b = jnp.broadcast_arrays(a, b)
+  ab = (a[..., :, None] * b[..., None, :]).reshape(a.shape[:-1] + (16,))
+  return jnp.einsum('...k,kr->...r', ab, jnp.asarray(_QUAT_MUL, ab.dtype),
+                    precision=jax.lax.Precision.HIGHEST)
 
 
 def quat_conj(q):
   return q * jnp.array([1.0, -1.0, -1.0, -1.0], dtype=q.dtype)
 
 
+# quat_to_mat as one contraction: the 9 matrix entries are linear in the 16 products
+# q_i q_j of the quaternion (w, x, y, z) (for a unit q, 1 - 2 (y^2 + z^2) = w^2 + x^2 - y^2 - z^2,
+# MuJoCo's mju_quat2Mat form), so R = (outer(q, q) . _QUAT_MAT) with a constant (16, 9) table.
+# Written this way the conversion is 3 operations in the program instead of ~30 (compile time).
+def _quat_mat_table():
+  t = np.zeros((4, 4, 3, 3))
+  w, x, y, z = range(4)
+  for (a, b), coef, r, c in [
+      ((w, w), 1, 0, 0), ((x, x), 1, 0, 0), ((y, y), -1, 0, 0), ((z, z), -1, 0, 0),
+      ((w, w), 1, 1, 1), ((x, x), -1, 1, 1), ((y, y), 1, 1, 1), ((z, z), -1, 1, 1),
+      ((w, w), 1, 2, 2), ((x, x), -1, 2, 2), ((y, y), -1, 2, 2), ((z, z), 1, 2, 2),
+      ((x, y), 2, 0, 1), ((w, z), -2, 0, 1), ((x, z), 2, 0, 2), ((w, y), 2, 0, 2),
+      ((x, y), 2, 1, 0), ((w, z), 2, 1, 0), ((y, z), 2, 1, 2), ((w, x), -2, 1, 2),
+      ((x, z), 2, 2, 0), ((w, y), -2, 2, 0), ((y, z), 2, 2, 1), ((w, x), 2, 2, 1)]:
+    t[a, b, r, c] += coef
+  return t.reshape(16, 9)
+
+
+_QUAT_MAT = _quat_mat_table()
+
+
 def quat_to_mat(q):
-  """3x3 rotation matrix of a unit quaternion."""
-  w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-  return jnp.stack([
-      jnp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-      jnp.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-      jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-  ], -2)
+  """3x3 rotation matrix of a unit quaternion (w, x, y, z); q (..., 4) -> (..., 3, 3)."""
+  qq = (q[..., :, None] * q[..., None, :]).reshape(q.shape[:-1] + (16,))
+  mat = jnp.einsum('...k,kr->...r', qq, jnp.asarray(_QUAT_MAT, q.dtype),
+                   precision=jax.lax.Precision.HIGHEST)
+  return mat.reshape(q.shape[:-1] + (3, 3))
 
 
 def rot_vec_quat(v, q):
@@ -115,20 +150,33 @@ def inert_com(inertia, imat, dif, mass):
       mass * dif, mass[None]])
 
 
+# The 6x6 spatial inertia of a cinert 10-vector i = (I_xx, I_yy, I_zz, I_xy, I_xz, I_yz,
+# m c_x, m c_y, m c_z, m) as one gather from (i, -i, 0): entry (r, c) is ext[_INERT_IDX[r, c]]
+# (index k < 10: i[k], 10 + k: -i[k], 20: 0).
+#   [ I      [mc]x ]      [mc]x = [[0, -mc_z, mc_y], [mc_z, 0, -mc_x], [-mc_y, mc_x, 0]]
+#   [-[mc]x  m 1   ]
+_INERT_IDX = np.array([
+    [0, 3, 4, 20, 18, 7],
+    [3, 1, 5, 8, 20, 16],
+    [4, 5, 2, 17, 6, 20],
+    [20, 8, 17, 9, 20, 20],
+    [18, 20, 6, 20, 9, 20],
+    [7, 16, 20, 20, 20, 9]], np.int32)
+
+
 def inert_mat(cinert):
-  """6x6 spatial inertia matrix of a cinert 10-vector (acts on (angular, linear) motion)."""
-  i = cinert
-  rot = jnp.array([[i[0], i[3], i[4]], [i[3], i[1], i[5]], [i[4], i[5], i[2]]])
-  mc = i[6:9]
-  skew = jnp.array([[0.0, -mc[2], mc[1]], [mc[2], 0.0, -mc[0]], [-mc[1], mc[0], 0.0]])
-  top = jnp.concatenate([rot, skew], axis=1)
-  bottom = jnp.concatenate([-skew, i[9] * jnp.eye(3)], axis=1)
-  return jnp.concatenate([top, bottom], axis=0)
+  """6x6 spatial inertia matrix of a cinert 10-vector (acts on (angular, linear) motion);
+  cinert (..., 10) -> (..., 6, 6)."""
+  ext = jnp.concatenate([cinert, -cinert, jnp.zeros(cinert.shape[:-1] + (1,), cinert.dtype)],
+                        axis=-1)
+  return ext[..., _INERT_IDX]
 
 
 def mul_inert_vec(cinert, vec):
-  """Spatial inertia times motion vector (mju_mulInertVec): momentum (angular, linear)."""
-  return inert_mat(cinert) @ vec
+  """Spatial inertia times motion vector (mju_mulInertVec): momentum (angular, linear);
+  cinert (..., 10), vec (..., 6) -> (..., 6)."""
+  return jnp.einsum('...rc,...c->...r', inert_mat(cinert), vec,
+                    precision=jax.lax.Precision.HIGHEST)
 
 
 def cross_motion(v, u):

@@ -377,10 +377,12 @@ _INT_KINDS = 'iub'
 
 
 def _leaf(value, kind: str):
+  """A Model leaf: int32, or the default float dtype, converted on the host and transferred
+  with device_put (jnp.asarray would compile a small conversion program for each distinct
+  shape: ~80 for a humanoid, a second and ~100 MB of a fresh process)."""
   a = np.asarray(value)
-  if kind == 'i':
-    return jnp.asarray(a.astype(np.int32))
-  return jnp.asarray(a.astype(np.float64), dtype=jnp.result_type(float))
+  dtype = np.int32 if kind == 'i' else np.dtype(jnp.result_type(float))
+  return jax.device_put(np.asarray(a, dtype=dtype))
 
 
 def put_model(arrays: dict, nconmax: int | None = None, broadphase: str = 'auto',

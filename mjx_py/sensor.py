@@ -707,6 +707,17 @@ def _body_force(cinert, cacc, cvel):
           + math.cross_force(cvel, math.mul_inert_vec(cinert, cvel)))
 
 
+def _touch_shapes(m):
+  """The site types of the touch sensors' sites (sorted), or every ray primitive when the
+  Model is traced."""
+  stype, obj, site_type = (_concrete(m.sensor_type), _concrete(m.sensor_objid),
+                           _concrete(m.site_type))
+  if stype is None or obj is None or site_type is None:
+    return sorted(RAY_PRIMITIVES)
+  sites = np.clip(obj[stype == TOUCH], 0, max(len(site_type) - 1, 0))
+  return sorted(int(t) for t in set(site_type[sites].tolist()) if int(t) in RAY_PRIMITIVES)
+
+
 def _touch(m, d, site, frc):
   """Touch sensor on ``site``: normal forces ``frc`` (nconmax,) of the contacts of the site's
   body whose force ray (from the contact point along the normal, away from the body) meets
@@ -724,10 +735,16 @@ def _touch(m, d, site, frc):
   ssize = _take(m.site_size, site)
   stype = _take(m.site_type, site)
 
+  # the site's shape: only the shapes this model's touch sites have (static when the Model
+  # is concrete), else every primitive, selected by site_type
+  shapes = _touch_shapes(m)
+
   def zone(pnt, vec):
+    if len(shapes) == 1:
+      return RAY_PRIMITIVES[shapes[0]](spos, smat, ssize, pnt, vec)
     hit = -jnp.ones((), pnt.dtype)
-    for t, fn in RAY_PRIMITIVES.items():
-      hit = jnp.where(stype == t, fn(spos, smat, ssize, pnt, vec), hit)
+    for t in shapes:
+      hit = jnp.where(stype == t, RAY_PRIMITIVES[t](spos, smat, ssize, pnt, vec), hit)
     return hit
 
   inside = jax.vmap(zone)(con.pos, conray) >= 0

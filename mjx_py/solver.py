@@ -384,16 +384,23 @@ def _newton_alpha(pt):
   return pt[_ALPHA] - pt[_D0] / pt[_D1]
 
 
-def _update_bracket(pt, cands):
-  """updateBracket: p moves to each candidate whose derivative has p's sign and is smaller
-  in magnitude, in order; returns (p, moved)."""
-  moved = jnp.zeros((), bool)
-  for c in cands:
-    neg = (pt[_D0] < 0) & (c[_D0] < 0) & (pt[_D0] < c[_D0])
-    pos = (pt[_D0] > 0) & (c[_D0] > 0) & (pt[_D0] > c[_D0])
-    pt = jnp.where(neg | pos, c, pt)
-    moved = moved | neg | pos
-  return pt, moved
+def _update_bracket(pts, cands):
+  """updateBracket for several bracket points at once: each point p of ``pts`` (k, 4) moves
+  to each candidate of ``cands`` (c, 4) whose derivative has p's sign and is smaller in
+  magnitude, in order; returns (points (k, 4), moved (k,)).
+
+  The sequence never changes p's sign, so it ends at the same-signed candidate of smallest
+  |derivative| when that is below p's own (the first such on ties, as the strict comparisons
+  keep the earlier point): an argmin over (p, candidates) with the other candidates masked
+  out, one program operation instead of a chain of selects per candidate."""
+  d0 = pts[:, _D0][:, None]                                    # (k, 1)
+  c0 = cands[:, _D0][None, :]                                  # (1, c)
+  same = ((d0 < 0) & (c0 < 0)) | ((d0 > 0) & (c0 > 0))
+  key = jnp.concatenate([jnp.abs(d0), jnp.where(same, jnp.abs(c0), jnp.inf)], axis=1)
+  idx = jnp.argmin(key, axis=1)                                # 0: p stays (NaN: stays)
+  both = jnp.concatenate([pts[:, None, :], jnp.broadcast_to(cands, (pts.shape[0],)
+                                                            + cands.shape)], axis=1)
+  return jnp.take_along_axis(both, idx[:, None, None], axis=1)[:, 0], idx > 0
 
 
 # line-search phases: what the point evaluated in this step is
@@ -433,7 +440,6 @@ def _ls_step(ls_iter: int, p: _Problem, ln: _Line, s):
   """One evaluation of MuJoCo's CGsearch and its control flow up to the next evaluation (or
   the return), as masked selects. ``s`` is the state of _ls_init."""
   dtype = ln.jar.dtype
-  zero4 = jnp.zeros((4,), dtype)
   gtol, slopescl = s['gtol'], s['slopescl']
   e = _eval(p, ln, s['nxt'])
   neval = s['neval'] + 1
@@ -461,17 +467,15 @@ def _ls_step(ls_iter: int, p: _Problem, ln: _Line, s):
   p2n = jnp.where(to_p1next, p1, p2n)
 
   # after the midpoint: a converged candidate (lowest cost), else the bracket updates
-  cands = (p1n, p2n, pmid)
+  cands = jnp.stack([p1n, p2n, pmid])
   is_mid = ph == _MID
-  best, best_pt = jnp.zeros((), bool), zero4
-  for c in cands:
-    better = (jnp.abs(c[_D0]) < gtol) & (~best | (c[_COST] < best_pt[_COST]))
-    best_pt = jnp.where(better, c, best_pt)
-    best = best | better
+  # the converged candidate of lowest cost (the first on ties)
+  conv = jnp.abs(cands[:, _D0]) < gtol
+  best = jnp.any(conv)
+  best_pt = cands[jnp.argmin(jnp.where(conv, cands[:, _COST], jnp.inf))]
   mid_conv = is_mid & best
   upd = is_mid & ~best
-  q1, b1 = _update_bracket(p1, cands)
-  q2, b2 = _update_bracket(p2, cands)
+  (q1, q2), (b1, b2) = _update_bracket(jnp.stack([p1, p2]), cands)
   p1 = jnp.where(upd, q1, p1)
   p2 = jnp.where(upd, q2, p2)
   mid_none = upd & ~b1 & ~b2                         # no update possible: the midpoint

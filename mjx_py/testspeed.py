@@ -85,12 +85,15 @@ def broadcast_batch(d, batch: int):
   return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d)
 
 
-def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = ''):
-  """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps."""
+def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = '',
+                 compiler_options: dict | None = None):
+  """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps
+  (``compiler_options``: XLA options of the compile, e.g. mjx_py.FAST_COMPILE)."""
   m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir)
   dbatch = broadcast_batch(d0, batch)
   t0 = time.perf_counter()
-  fn = jax.jit(batched_rollout(m)).lower(dbatch, ctrl).compile()
+  fn = jax.jit(batched_rollout(m)).lower(dbatch, ctrl).compile(
+      compiler_options=compiler_options)
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(fn(dbatch, ctrl))
   t0 = time.perf_counter()
@@ -100,11 +103,13 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
   return compile_s, batch * nstep / run_s
 
 
-def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = ''):
+def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
+              compiler_options: dict | None = None):
   """One world, ``nstep`` steps of random controls in a lax.scan; the loss is the squared final
   qpos, differentiated (jax.grad, reverse mode) with respect to the initial qvel and the control
   sequence. Returns (compile s of the jitted step, compile s of the jitted gradient, seconds
-  per forward rollout, seconds per gradient), the runs timed after a warm-up call."""
+  per forward rollout, seconds per gradient), the runs timed after a warm-up call.
+  ``compiler_options``: XLA options of the three compiles (e.g. mjx_py.FAST_COMPILE)."""
   from mjx_py.forward import step
   m, d0, ctrl = model_and_controls(xml, (nstep,), seed, base_dir)
 
@@ -115,11 +120,12 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = ''):
     return jnp.sum(d.qpos ** 2)
 
   t0 = time.perf_counter()
-  jax.jit(step).lower(m, d0).compile()
+  opts = dict(compiler_options=compiler_options)
+  jax.jit(step).lower(m, d0).compile(**opts)
   step_compile = time.perf_counter() - t0
-  fwd = jax.jit(rollout).lower(d0.qvel, ctrl).compile()
+  fwd = jax.jit(rollout).lower(d0.qvel, ctrl).compile(**opts)
   t0 = time.perf_counter()
-  grad = jax.jit(jax.grad(rollout, argnums=(0, 1))).lower(d0.qvel, ctrl).compile()
+  grad = jax.jit(jax.grad(rollout, argnums=(0, 1))).lower(d0.qvel, ctrl).compile(**opts)
   grad_compile = time.perf_counter() - t0
 
   def timed(fn, reps=3):
@@ -143,16 +149,23 @@ def main(argv=None) -> int:
                       help='also time jax.grad through NSTEP steps of one world (compile time '
                            'of step and of the gradient, and the gradient\'s cost against the '
                            'forward rollout)')
+  parser.add_argument('--fast-compile', action='store_true',
+                      help='compile with mjx_py.FAST_COMPILE (XLA:CPU classic emitters)')
   args = parser.parse_args(argv)
   xml = _prepare_xml(args.model, args.smooth)
+  from .xla import compile_options
+  opts = compile_options(args.fast_compile)
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '
-        f'x64 {jax.config.jax_enable_x64}  nstep {args.nstep}')
+        f'x64 {jax.config.jax_enable_x64}  nstep {args.nstep}'
+        + ('  FAST_COMPILE' if args.fast_compile else ''))
   print(f"{'batch':>6} {'ours steps/s':>14} {'compile s':>10}")
   for batch in args.batch:
-    c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model))
+    c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
+                          compiler_options=opts)
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
   if args.grad:
-    cs, cg, tf, tg = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model))
+    cs, cg, tf, tg = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model),
+                               compiler_options=opts)
     print(f'grad through {args.grad} steps: step compile {cs:.2f} s, grad compile {cg:.2f} s, '
           f'forward {tf * 1e3:.1f} ms, grad {tg * 1e3:.1f} ms ({tg / tf:.2f}x the forward)')
   print(f'peak RSS {peak_rss_mb():.0f} MB')

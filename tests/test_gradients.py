@@ -100,12 +100,14 @@ def _check_fd(f, args, probes, rtol=1e-2):
 
 
 def _finite(f, args, optimized=False):
-  """jax.grad of f at args, asserted finite. optimized: compile with LLVM's optimizations on, as
-  users run it (tests/conftest.py turns them off for the session); float32 rounding differs
-  between the two builds (fused multiply-adds), and so do the configurations reached."""
+  """jax.grad of f at args, asserted finite. optimized: compile with LLVM's optimizations on and
+  XLA:CPU's default fusion emitters, as users run it (tests/conftest.py turns both off for the
+  session); float32 rounding differs between the builds (fused multiply-adds), and so do the
+  configurations reached."""
   grad = jax.jit(jax.grad(f, argnums=(0, 1, 2, 3)))
   if optimized:
-    grad = grad.lower(*args).compile({'xla_backend_optimization_level': 2})
+    grad = grad.lower(*args).compile({'xla_backend_optimization_level': 2,
+                                      'xla_cpu_use_fusion_emitters': True})
   grads = grad(*args)
   for g in grads:
     assert np.all(np.isfinite(np.asarray(g)))
