@@ -10,8 +10,11 @@ forward(m, d) -> d   (mj_forward, mj_forwardSkip with skipsensor)
   qfrc_constraint, efc_force), acceleration sensors
 step(m, d) -> d      (mj_step) check_pos and check_vel (one reset), forward, check_acc, then
                      the integrator chosen by m.opt.integrator (RK4's intermediate evaluations
-                     skip the sensors, as MuJoCo's do); worlds with NaN / huge values are counted in
-                     warning_counts and reset (mjx_py.check).
+                     skip the sensors, as MuJoCo's do; its first forward runs in the same scan
+                     as the other three, then ``sensors`` and check_acc on it, so that the
+                     program holds one copy of forward); worlds with NaN / huge values are
+                     counted in warning_counts and reset (mjx_py.check).
+sensors(m, d) -> d   the three sensor stages on a pass that skipped them
 
 Model options are static: m.opt.integrator, solver, cone and the disable flags pick the code
 that is traced.
@@ -116,16 +119,32 @@ def _forward_skip_sensor(m, d):
   return forward(m, d, skipsensor=True)
 
 
+def sensors(m, d):
+  """forward's sensor stages (mj_sensorPos, mj_sensorVel, mj_sensorAcc, in order) on a
+  finished forward pass that skipped them. Each reads only fields that forward's later stages
+  leave unchanged (positions, the efc rows' positions, velocities, forces), so the values
+  equal those forward computes in place."""
+  d = sensor.sensor_pos(m, d)
+  d = sensor.sensor_vel(m, d)
+  return sensor.sensor_acc(m, d)
+
+
 def step(m, d):
   """One simulation step (mj_step): the qpos / qvel checks, forward dynamics, the qacc check,
   then integration (mjx_py.check: bad worlds are flagged and reset)."""
   integrator = m.opt.integrator
   d = check.check_pos_vel(m, d)
+  if integrator == RK4:
+    # the first forward pass runs inside RK4's scan of evaluations (one copy of forward in
+    # the program), then the sensors and the qacc check on it
+    d, first = integrate.rk4_step(m, d, _forward_skip_sensor, sensors)
+    checked, bad = check.check_acc(m, first)
+    d = dataclasses.replace(d, warning_counts=d.warning_counts + checked.warning_counts
+                            - first.warning_counts)
+    return check.reset_after(m, d, bad)
   d = forward(m, d)
   d, bad = check.check_acc(m, d)
-  if integrator == RK4:
-    d = integrate.rk4(m, d, _forward_skip_sensor)
-  elif integrator == EULER:
+  if integrator == EULER:
     d = integrate.euler(m, d)
   elif integrator == IMPLICIT:
     d = integrate.implicit(m, d)

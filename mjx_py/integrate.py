@@ -21,6 +21,8 @@ implicitfast(m, d)   the same without the RNE derivative, qDeriv used symmetrica
 rk4(m, d, forward_fn) 4th-order Runge-Kutta (mj_RungeKutta, MuJoCo's tableau). forward_fn(m, d)
                      -> d is the forward dynamics to call at the three intermediate stages
                      (MuJoCo skips sensors there: sensordata of the input d is kept).
+rk4_step(m, d, forward_fn, sensors_fn)  the same from a state whose forward has not run, all
+                     four evaluations in one scan (what step uses; see its docstring)
   writes (all) qpos (nq,), qvel (nv,), act (na,), time (), qacc_warmstart (nv,) = the qacc of
          the forward pass (the last RK4 stage's for RK4), as mj_advance saves it
 
@@ -42,12 +44,13 @@ from . import actuation, linalg, math, support, tree
 from .actuation import next_activation
 from .math import MINVAL
 
-__all__ = ['euler', 'implicit', 'implicitfast', 'rk4', 'integrate_pos', 'next_activation',
-           'deriv_smooth_vel']
+__all__ = ['euler', 'implicit', 'implicitfast', 'rk4', 'rk4_step', 'integrate_pos',
+           'next_activation', 'deriv_smooth_vel']
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
 GEOM_SPHERE, GEOM_CAPSULE, GEOM_CYLINDER = 2, 3, 5
 DSBL_PASSIVE, DSBL_EULERDAMP = 1 << 5, 1 << 14
+ENBL_ENERGY = 1 << 1
 INT_IMPLICITFAST = 3
 
 RK4_A = np.array([[0.5, 0.0, 0.0], [0.0, 0.5, 0.0], [0.0, 0.0, 1.0]])
@@ -157,6 +160,54 @@ def implicitfast(m, d):
   return _implicit(m, d, fast=True)
 
 
+# MuJoCo's tableau with a zero row on top: stage 0 evaluates at the state itself
+_RK4_A0 = np.vstack([np.zeros((1, 3)), RK4_A])
+
+
+def _rk4_scan(m, d, forward_fn, first_stage: int, vel, acc, adot):
+  """RK4's evaluations ``first_stage`` .. 3 as one lax.scan (forward_fn traced once).
+
+  Stage i sets qpos = qpos0 (+) h sum_j A[i,j] qvel_j (stage 0: qpos0 itself), qvel, act and
+  time likewise, and calls forward_fn; vel, acc, adot (4, n) collect each stage's qvel, qacc
+  and act_dot. Returns (last stage's Data, stage 0's Data (or d when first_stage > 0), vel,
+  acc, adot)."""
+  h = m.opt.timestep
+  dtype = d.qvel.dtype
+  a_tab = jnp.asarray(_RK4_A0, dtype)
+  c_tab = jnp.sum(a_tab, axis=1)
+  qpos0, qvel0, act0, t0 = d.qpos, d.qvel, d.act, d.time
+
+  def stage(carry, i):
+    dd, first, vel, acc, adot = carry
+    w = a_tab[i]
+    dvel, dacc, dadot = w @ vel[:3], w @ acc[:3], w @ adot[:3]
+    qvel_i = qvel0 + h * dacc
+    qpos_i = integrate_pos(m, qpos0, dvel, h)
+    if first_stage == 0:      # (integrate_pos would renormalize the quaternions)
+      qpos_i = jnp.where(i == 0, qpos0, qpos_i)
+    di = dataclasses.replace(dd, qpos=qpos_i, qvel=qvel_i, act=act0 + h * dadot,
+                             time=t0 + c_tab[i] * h)
+    di = forward_fn(m, di)
+    vel, acc, adot = vel.at[i].set(qvel_i), acc.at[i].set(di.qacc), adot.at[i].set(di.act_dot)
+    if first_stage == 0:
+      first = jax.tree_util.tree_map(lambda a, b: jnp.where(i == 0, a, b), di, first)
+    return (di, first, vel, acc, adot), None
+
+  (last, first, vel, acc, adot), _ = jax.lax.scan(stage, (d, d, vel, acc, adot),
+                                                  jnp.arange(first_stage, 4))
+  return last, first, vel, acc, adot
+
+
+def _rk4_advance(m, last, state, vel, acc, adot, keep):
+  """The step from the stages: (qpos0, qvel0, act0, t0) of ``state`` advanced with the
+  B-weighted act_dot, qacc and qvel; the derived fields are the last stage's, except the
+  fields named in ``keep`` (a dict), which MuJoCo does not recompute in the stages."""
+  b_tab = jnp.asarray(RK4_B, state.qvel.dtype)
+  base = dataclasses.replace(last, qpos=state.qpos, qvel=state.qvel, act=state.act,
+                             time=state.time, **keep)
+  return _advance(m, base, b_tab @ adot, b_tab @ acc, qvel=b_tab @ vel)
+
+
 def rk4(m, d, forward_fn):
   """Classic Runge-Kutta step (mj_RungeKutta with N=4); see the module docstring.
 
@@ -168,31 +219,39 @@ def rk4(m, d, forward_fn):
   lax.scan, so forward_fn is traced once. The returned Data carries the last stage's derived
   fields, as MuJoCo's does, except sensordata, which MuJoCo does not recompute in the stages.
   """
-  h = m.opt.timestep
   dtype = d.qvel.dtype
-  a_tab = jnp.asarray(RK4_A, dtype)
-  b_tab = jnp.asarray(RK4_B, dtype)
-  c_tab = jnp.sum(a_tab, axis=1)
-  qpos0, qvel0, act0, t0 = d.qpos, d.qvel, d.act, d.time
-  vel = jnp.zeros((4, m.nv), dtype).at[0].set(qvel0)
+  vel = jnp.zeros((4, m.nv), dtype).at[0].set(d.qvel)
   acc = jnp.zeros((4, m.nv), dtype).at[0].set(d.qacc)
   adot = jnp.zeros((4, m.na), dtype).at[0].set(d.act_dot)
+  last, _, vel, acc, adot = _rk4_scan(m, d, forward_fn, 1, vel, acc, adot)
+  return _rk4_advance(m, last, d, vel, acc, adot, {'sensordata': d.sensordata})
 
-  def stage(carry, i):
-    dd, vel, acc, adot = carry
-    w = a_tab[i - 1]
-    dvel, dacc, dadot = w @ vel[:3], w @ acc[:3], w @ adot[:3]
-    qvel_i = qvel0 + h * dacc
-    di = dataclasses.replace(dd, qpos=integrate_pos(m, qpos0, dvel, h), qvel=qvel_i,
-                             act=act0 + h * dadot, time=t0 + c_tab[i - 1] * h)
-    di = forward_fn(m, di)
-    vel, acc, adot = vel.at[i].set(qvel_i), acc.at[i].set(di.qacc), adot.at[i].set(di.act_dot)
-    return (di, vel, acc, adot), None
 
-  (last, vel, acc, adot), _ = jax.lax.scan(stage, (d, vel, acc, adot), jnp.arange(1, 4))
-  base = dataclasses.replace(last, qpos=qpos0, qvel=qvel0, act=act0, time=t0,
-                             sensordata=d.sensordata)
-  return _advance(m, base, b_tab @ adot, b_tab @ acc, qvel=b_tab @ vel)
+# Data fields that only the sensor stages write (and energy, which they write when the energy
+# flag is off): an RK4 step keeps those of its first evaluation
+SENSOR_FIELDS = ('sensordata', 'subtree_linvel', 'subtree_angmom', 'cacc', 'cfrc_int',
+                 'cfrc_ext')
+
+
+def rk4_step(m, d, forward_fn, sensors_fn):
+  """rk4 from a state whose forward pass has not run: the first evaluation (stage 0) joins the
+  three stages in the one lax.scan, so that a step's program holds a single copy of forward
+  (RK4 models then compile about as fast as the other integrators). forward_fn skips the
+  sensors; sensors_fn(m, d) -> d then runs them on stage 0's pass (they read only fields
+  that forward's later stages leave unchanged, so they equal what forward computes in place).
+
+  Returns (the Data after the step, stage 0's pass with its sensors): the step's Data is what
+  forward followed by rk4 gives."""
+  dtype = d.qvel.dtype
+  vel = jnp.zeros((4, m.nv), dtype)
+  acc = jnp.zeros((4, m.nv), dtype)
+  adot = jnp.zeros((4, m.na), dtype)
+  last, first, vel, acc, adot = _rk4_scan(m, d, forward_fn, 0, vel, acc, adot)
+  first = sensors_fn(m, first)
+  keep = {f: getattr(first, f) for f in SENSOR_FIELDS}
+  if not m.opt.enableflags & ENBL_ENERGY:    # else the stages recompute it, as MuJoCo's
+    keep['energy'] = first.energy
+  return _rk4_advance(m, last, d, vel, acc, adot, keep), first
 
 
 # ---------------------------------------------------------------------------------------------

@@ -85,6 +85,50 @@ def test_make_data_and_keyframe():
   assert jax.tree_util.tree_structure(d2) == jax.tree_util.tree_structure(d)
 
 
+def test_loading_and_make_data_compile_nothing():
+  """from_xml_string and make_data build their arrays on the host and transfer them: no XLA
+  program is compiled (each eager jnp conversion used to compile one, ~220 for a humanoid),
+  and make_data outside a trace equals make_data traced under jit."""
+  import logging
+  messages = []
+
+  class Catch(logging.Handler):
+    def emit(self, record):
+      messages.append(record.getMessage())
+
+  handler = Catch(level=logging.DEBUG)
+  logger = logging.getLogger('jax')
+  level = logger.level
+  logger.addHandler(handler)
+  logger.setLevel(logging.DEBUG)
+  try:
+    with jax.log_compiles(True):
+      m = mjx_py.from_xml_string(SMALL.replace('<keyframe>', '<equality><joint joint1="h"/>'
+                                               '</equality><keyframe>'))
+      d = mjx_py.make_data(m)
+  finally:
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+  compiles = [x for x in messages if x.startswith('Compiling')]
+  assert not compiles, compiles[:3]
+  traced = jax.jit(mjx_py.make_data)(m)
+  for a, b in zip(jax.tree_util.tree_leaves(d), jax.tree_util.tree_leaves(traced)):
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert int(d.eq_active[0]) == 1 and d.efc_type.shape == (m.nefc_max,)
+  assert np.all(np.asarray(d.efc_type) == -1)
+
+
+def test_fast_compile_options():
+  assert mjx_py.FAST_COMPILE == {'xla_cpu_use_fusion_emitters': False}
+  from mjx_py.xla import compile_options
+  if jax.default_backend() == 'cpu':
+    assert compile_options() == mjx_py.FAST_COMPILE
+  assert compile_options(False) is None
+  f = jax.jit(lambda x: jnp.sin(x) * 2, compiler_options=mjx_py.FAST_COMPILE)
+  np.testing.assert_allclose(f(jnp.ones(3)), 2 * np.sin(np.ones(3)), rtol=1e-6)
+
+
 def test_include_from_assets():
   main = '<mujoco><include file="part.xml"/></mujoco>'
   part = b'<mujoco><worldbody><body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>'
@@ -124,6 +168,7 @@ def test_main_job_prints_summary(capsys):
   captured = capsys.readouterr()
   out = captured.out
   assert 'nq=' in out and 'jit compile' in out and 'env-steps/s' in out
+  assert '(mjx_py.FAST_COMPILE)' in out                       # the main job's default on CPU
   assert 'peak memory' in out and 'warnings raised: 0' in out
   assert '[' + '#' * 30 + '] 5/5 steps' in captured.err      # the progress bar reached the end
   # the side-by-side table of examples/compare_speed.py: batch, ours, compile s, MuJoCo C on 1

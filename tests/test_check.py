@@ -82,8 +82,9 @@ def _same_state(md, d):
 
 
 @pytest.mark.parametrize('edit', [
-    {'qpos': (1, np.nan)}, {'qpos': (0, 2e10)}, {'qvel': (2, np.inf)}, {'qvel': (3, -1e11)}],
-    ids=['qpos_nan', 'qpos_huge', 'qvel_inf', 'qvel_huge'])
+    {'qpos': (1, np.nan)}, {'qpos': (0, 2e10)}, {'qvel': (2, np.inf)}, {'qvel': (3, -1e11)},
+    {'qpos': (1, np.nan), 'qvel': (2, np.inf)}],
+    ids=['qpos_nan', 'qpos_huge', 'qvel_inf', 'qvel_huge', 'both'])
 def test_bad_state_resets_as_mujoco(edit):
   md, d = _run(XML, edit)
   # the reset world integrated one step from the reset state (time = timestep)
