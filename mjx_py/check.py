@@ -93,10 +93,15 @@ def reset_state(m, d, warning, fields=None):
                               mocap_quat=lax.stop_gradient(fresh.mocap_quat))
   counts = jnp.zeros_like(d.warning_counts).at[warning].set(1)
   fresh = dataclasses.replace(fresh, warning_counts=counts)
-  names = [f.name for f in dataclasses.fields(d)] if fields is None else fields
+  names = _names(d, fields)
   return dataclasses.replace(d, **{
       n: jax.tree_util.tree_map(lambda a, b: jnp.asarray(a, b.dtype), getattr(fresh, n),
                                 getattr(d, n)) for n in names})
+
+
+def _names(d, fields):
+  """The Data field names ``fields``, or all of d's when None."""
+  return [f.name for f in dataclasses.fields(d)] if fields is None else list(fields)
 
 
 def _select(bad, new, old):
@@ -106,7 +111,7 @@ def _select(bad, new, old):
 def _reset_where(m, d, bad, warning, fields=None):
   """d with the fields ``fields`` (None: all) at the reset state where ``bad``, under a
   lax.cond that skips the reset when no world of the batch is bad."""
-  names = [f.name for f in dataclasses.fields(d)] if fields is None else list(fields)
+  names = _names(d, fields)
 
   def reset(d):
     fresh = reset_state(m, d, warning, names)

@@ -207,9 +207,6 @@ def _eager(m) -> bool:
   """Whether make_data runs outside any trace (jit / vmap / grad) on a concrete Model: then
   numpy builds the arrays. Inside a trace jnp does (numpy arrays would become constants
   embedded in the program)."""
-  leaves = (m.qpos0, m.body_mocapid, m.body_pos, m.body_quat, m.eq_active0)
-  if any(isinstance(x, jax.core.Tracer) for x in leaves):
-    return False
   try:
     from jax._src import core
     return bool(core.trace_state_clean())

@@ -740,8 +740,6 @@ def _touch(m, d, site, frc):
   shapes = _touch_shapes(m)
 
   def zone(pnt, vec):
-    if len(shapes) == 1:
-      return RAY_PRIMITIVES[shapes[0]](spos, smat, ssize, pnt, vec)
     hit = -jnp.ones((), pnt.dtype)
     for t in shapes:
       hit = jnp.where(stype == t, RAY_PRIMITIVES[t](spos, smat, ssize, pnt, vec), hit)

@@ -727,7 +727,7 @@ def _batched(batch_fn):
 def row_bucket(n: int) -> int:
   """The smaller row count the iterations also run at (see _iterate_bucketed): a quarter of
   the capacity ``n``, rounded up to a multiple of 8, at least 32; ``n`` (no bucket) when that
-  is not below half of ``n``."""
+  is more than half of ``n``."""
   k = max(32, -(-(n // 4) // 8) * 8)
   return k if 2 * k <= n else n
 
