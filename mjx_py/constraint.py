@@ -314,6 +314,37 @@ def _jac_dif(m, d, p1, b1, p2, b2):
   return jp[:n] - jp[n:], jr[:n] - jr[n:]
 
 
+def _contact_jac(m, d, pos, frame, b1, b2):
+  """The contact Jacobians (n, 6, nv): the Jacobian difference body b2 - body b1 at the contact
+  point ``pos`` (n, 3), in the contact frame (rows of ``frame`` (n, 3, 3)): rows normal,
+  tangent1, tangent2 of the translation, then the same axes of the rotation (torsion, rolling).
+
+  mj_jac of a point p on body b is, per dof v that moves b, lin_v + ang_v x (p - com_b) for
+  the translation and ang_v for the rotation (cdof = [ang, lin], com_b the subtree com of b's
+  root). Projected on a frame axis F: F . lin_v + ang_v . ((p - com_b) x F) and F . ang_v (the
+  triple product rotated), so with the dof masks s_1, s_2 of the two bodies:
+    translation  (s_2 - s_1) F . lin_v + s_2 ang_v . a_2 - s_1 ang_v . a_1,  a_k = (p - com_k) x F
+    rotation     (s_2 - s_1) F . ang_v
+  Every term is a 3-term dot of a per-contact vector with a per-dof vector: one fused
+  elementwise pass over (n, 6, nv), with no per-side (n, 3, nv) Jacobians and no small
+  batched matrix products."""
+  s1 = (m.body_dofmask[b1] > 0).astype(pos.dtype)                   # (n, nv)
+  s2 = (m.body_dofmask[b2] > 0).astype(pos.dtype)
+  ang, lin = d.cdof[:, :3], d.cdof[:, 3:]                           # (nv, 3)
+  off1 = pos - d.subtree_com[m.body_rootid[b1]]                     # (n, 3)
+  off2 = pos - d.subtree_com[m.body_rootid[b2]]
+  a1 = jnp.cross(off1[:, None, :], frame)                           # (n, 3 axes, 3)
+  a2 = jnp.cross(off2[:, None, :], frame)
+
+  def dot3(u, w):   # (n, i, 3) . (nv, 3) -> (n, i, nv), written out as three products
+    return sum(u[:, :, k, None] * w[None, None, :, k] for k in range(3))
+
+  ds = (s2 - s1)[:, None, :]
+  tran = ds * dot3(frame, lin) + s2[:, None, :] * dot3(a2, ang) - s1[:, None, :] * dot3(a1, ang)
+  rot = ds * dot3(frame, ang)
+  return jnp.concatenate([tran, rot], axis=1)
+
+
 def _equality(m, d) -> Rows:
   """Equality rows: a block of ``nb`` candidate rows per equality (nb: the largest type's)."""
   types = [t for t in m.eq_types if t in EQ_ROWS]
@@ -553,11 +584,7 @@ def _contact(m, d):
   fr = jnp.where(used[:, None], c.friction, 1.0)                 # unused slots: finite math
   pyramidal = m.opt.cone == PYRAMIDAL
 
-  # Jacobian difference geom2's body - geom1's body at the contact point, in the contact frame:
-  # rows normal, tangent1, tangent2, then the same axes for the rotation (torsion, rolling)
-  jp, jr = _jac_dif(m, d, c.pos, b2, c.pos, b1)
-  rows6 = jnp.concatenate([jnp.einsum('nij,njv->niv', frame, jp),
-                           jnp.einsum('nij,njv->niv', frame, jr)], axis=1)   # (nc, 6, nv)
+  rows6 = _contact_jac(m, d, c.pos, frame, b1, b2)                      # (nc, 6, nv)
   r = jnp.arange(nr)
   if pyramidal:
     # rows 2(k-1), 2(k-1)+1: J_normal +- friction[k-1] J_k, k = 1 .. dim-1

@@ -305,7 +305,10 @@ def _update(p: _Problem, jar, frozen=None, hessian=False) -> _Update:
 def _hessian(p: _Problem, up: _Update):
   """H = M + J' diag(D on QUADRATIC rows) J + sum over middle-zone cones J_c' H_c J_c."""
   dq = jnp.where(up.state == QUADRATIC, p.D, 0.0)
-  H = p.M + (p.J * dq[:, None]).T @ p.J
+  # J' diag(dq) J as a broadcast product summed over the rows: one fused reduction, where a
+  # batched (nv, N) x (N, nv) dot runs as many small matrix kernels (about 1.8x slower on CPU
+  # for the humanoid at batch 1024)
+  H = p.M + jnp.sum((p.J * dq[:, None])[:, :, None] * p.J[:, None, :], axis=0)
   if p.mu.shape[0]:
     Jc = p.J[p.cone_row] * p.cone_on[:, :, None]
     H = H + jnp.einsum('cjn,cjk,ckm->nm', Jc, up.Hc, Jc)
@@ -361,9 +364,12 @@ def _eval(p: _Problem, ln: _Line, alpha):
   on_quad = (kind == _EQ) | (fric & (-Rf < x) & (x < Rf)) | ((kind == _INEQ) & (x < 0))
   neg = fric & (x <= -Rf)
   pos = fric & (x >= Rf) & ~neg
-  dtype = x.dtype
-  total = (ln.gauss + on_quad.astype(dtype) @ ln.quad + neg.astype(dtype) @ ln.lin_neg
-           + pos.astype(dtype) @ ln.lin_pos)
+  # each row contributes one of its three polynomials (the zones are disjoint): one select and
+  # one reduction (a fused loop; three mask-matrix products cost three passes and, batched,
+  # run as small dot kernels)
+  piece = jnp.where(on_quad[:, None], ln.quad,
+                    jnp.where(neg[:, None], ln.lin_neg, jnp.where(pos[:, None], ln.lin_pos, 0.0)))
+  total = ln.gauss + jnp.sum(piece, axis=0)
   cost = d0 = d1 = jnp.zeros((), x.dtype)
   if p.mu.shape[0]:
     U0, V0, UU, UV, VV, Dm = (ln.cone[:, k] for k in range(6))
