@@ -67,6 +67,18 @@ rule runs the whole batch (nested vmaps flattened into one batch) through the ba
 the cond's predicate reduced over the batch. A batch then costs the iterations of its slowest
 world, as MuJoCo's cost is its own iterations'.
 
+Chunks (CPU). On CPU a batch larger than CPU_CHUNK = 64 worlds runs each iteration only on its
+worlds still iterating: their indices are gathered (a fixed-size nonzero), the iteration runs on
+chunks of 64 of them in a loop whose trip count is the number of chunks needed, and the results
+are scattered back. Converged worlds then cost nothing, and one chunk's Hessians and inverses
+stay in cache. The iterates are the same (each world's arithmetic is unchanged). Measured on
+the humanoid (20-step vmapped rollouts, 2 cores; worlds iterating per iteration at batch 1024:
+about 1007, 790, 480, 160, 35, 5): batch 1024 went from 6,584 to 8,382 env-steps/s (chunks of
+128: 8,031; 256: 7,277), batch 256 from 5,277 to 7,967, batch 128 from 5,900 to 7,021, and
+batch 4096 ran 7,748 (chunks of 128: 6,893); at batch 64, chunks of 32 were slower (5,737-5,860
+against 6,008-6,160 unchunked), so batches up to 64 run whole. Accelerators run the whole batch
+(their throughput needs its width).
+
 Rows. The efc buffers hold nefc_max = N rows (the most the model can produce at once); a
 world uses its first nefc, the rest are unused. The iterations' row work (the Hessian's
 J' D J, every line-search evaluation, the constraint updates) runs over all N unless the batch
@@ -124,6 +136,8 @@ from .math import MINVAL
 F32_TOLERANCE, F32_LS_TOLERANCE = 1e-5, 0.1
 # float32 cap of opt.ls_iterations (see the module docstring)
 F32_LS_ITERATIONS = 12
+# worlds per chunk of a CPU batch's primal iterations (see the module docstring)
+CPU_CHUNK = 64
 # mjtConstraintState (and the sentinel of unused rows)
 UNUSED, SATISFIED, QUADRATIC, LINEARNEG, LINEARPOS, CONE = -1, 0, 1, 2, 3, 4
 # mjtSolver
@@ -672,22 +686,54 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   dtype = P.M.dtype
   zeros = (jnp.zeros((B,), dtype),) * 3 + (jnp.zeros((B,), jnp.int32),) * 3
 
-  def iteration(C, first):
-    frozen = C.done & ~first
+  def iteration(P, prm, C, first, frozen):
     snorm, Mv, Jv, LN = prep(P, C)
     S = jax.vmap(_ls_init)(LN, snorm, prm)
     S['done'] = S['done'] | frozen
     alpha, slope, neval = _linesearch_batch(cfg, P, LN, S)
     new, stats = move(P, prm, C, first, alpha, slope, neval, Mv, Jv)
-    return _select(frozen, C, new), _select(frozen, zeros, stats)
+    zero = jax.tree_util.tree_map(lambda x: x[:frozen.shape[0]], zeros)
+    return _select(frozen, C, new), _select(frozen, zero, stats)
 
-  def body(C, k):
-    first = k == 0
-    return lax.cond(jnp.all(C.done) & ~first, lambda C: (C, zeros),
-                    lambda C: iteration(C, first), C)
+  chunk = _chunk_size(B)
+  if chunk >= B:
+    def body(C, k):
+      first = k == 0
+      return lax.cond(jnp.all(C.done) & ~first, lambda C: (C, zeros),
+                      lambda C: iteration(P, prm, C, first, C.done & ~first), C)
+  else:
+    nslot = -(-B // chunk) * chunk
+
+    def body(C, k):
+      # the worlds still iterating, in chunks of ``chunk``: gathered, iterated, scattered back
+      first = k == 0
+      active = ~C.done | first
+      order = jnp.nonzero(active, size=nslot, fill_value=B)[0]
+      nchunk = (jnp.sum(active, dtype=jnp.int32) + chunk - 1) // chunk
+
+      def one_chunk(j, carry):
+        C, stats = carry
+        ids = lax.dynamic_slice_in_dim(order, j * chunk, chunk)
+        take = jnp.minimum(ids, B - 1)
+        part = jax.tree_util.tree_map(lambda x: x[take], (P, prm, C))
+        new, st = iteration(*part, first, ids >= B)
+        put = functools.partial(jax.tree_util.tree_map,
+                                lambda a, b: a.at[ids].set(b, mode='drop'))
+        return put(C, new), put(stats, st)
+
+      return lax.fori_loop(0, nchunk, one_chunk, (C, zeros))
 
   C, stats = lax.scan(body, C, jnp.arange(cfg.iterations + 1))
   return C, tuple(jnp.moveaxis(x[1:], 0, 1) for x in stats)
+
+
+def _chunk_size(batch: int) -> int:
+  """Worlds per chunk of the primal iterations (see _iterate_batch and the module docstring):
+  CPU_CHUNK on CPU for batches larger than that, the whole batch otherwise (and on
+  accelerators, whose throughput needs the batch's width)."""
+  if jax.default_backend() == 'cpu' and batch > CPU_CHUNK:
+    return CPU_CHUNK
+  return batch
 
 
 def _batched(batch_fn):

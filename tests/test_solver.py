@@ -273,6 +273,24 @@ def test_vmap_equals_loop():
       assert _rel(a, b) < 1e-9
 
 
+@pytest.mark.parametrize('case', [CASES[1], CASES[3]], ids=[CASES[1][0], CASES[3][0]])
+def test_chunks_give_the_iterates_of_the_whole_batch(case, monkeypatch):
+  """With chunks of 3 worlds (solver.CPU_CHUNK; solver._iterate_batch gathers the worlds still
+  iterating, runs them 3 at a time, the last chunk padded, and scatters them back), the batch
+  gets the solutions, constraint states and iteration counts of the whole-batch iterations."""
+  m, _, states, batch, (out, sol), _ = _case(*case)
+  assert len(states) >= 8 and len(set(np.asarray(sol.solver_niter).tolist())) > 2
+  monkeypatch.setattr(solver, 'CPU_CHUNK', 3)
+  assert solver._chunk_size(len(states)) == 3
+  o, s = jax.device_get(jax.jit(jax.vmap(lambda d: _rows_solve(m, d)))(batch))
+  np.testing.assert_array_equal(s.solver_niter, sol.solver_niter)
+  np.testing.assert_array_equal(s.solver_neval, sol.solver_neval)
+  np.testing.assert_array_equal(s.efc_state, sol.efc_state)
+  for k in range(len(states)):
+    for a, b in ((o.qacc[k], out.qacc[k]), (s.efc_force[k], sol.efc_force[k])):
+      assert _rel(a, b) < 1e-9
+
+
 # ---------------------------------------------------------------------------------------------
 # Gradients through the whole pipeline up to the solve
 
