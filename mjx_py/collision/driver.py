@@ -127,6 +127,7 @@ BROADPHASES = ('auto', 'table', 'sap')
 # below ~2,000 (1.4 vs 1.9 ms at 1,035) and the sweep above ~4,000 (7.4 vs 5.4 ms at 4,095, 47
 # vs 20 ms at 20,100). The narrowphase, the same on both paths, costs far more than either.
 SAP_THRESHOLD = 3000
+PAIRWISE_SORT = 128  # the longest contact list ordered by pairwise comparisons (_lex_order)
 SWEEP_CHUNK = (1024, 2048)  # pairs enumerated per sweep iteration: the buffer size, within these
 # Index fields this module builds for the Model (int32 leaves)
 INDEX_FIELDS = ('col_geom', 'col_pairid', 'col_conadr', 'col_sweep', 'col_exclude',
@@ -529,6 +530,25 @@ def _bound_test(xpos, xmat, rbound, g1, g2, margin, plane):
     far = far | (plane & ~both & (r2 > 0) & (pdist > margin + r2))
     slack = jnp.where(both | ~plane, slack, pdist - margin - r2)
   return ~far, jax.lax.stop_gradient(slack)
+
+
+def _lex_order(keys):
+  """The permutation (n,) that sorts n entries by the int keys (n,) each, the first key most
+  significant, ties kept in place (a stable sort). Up to PAIRWISE_SORT entries, each entry's rank is
+  counted from pairwise comparisons and the permutation read off by a one-hot sum: a few fused
+  elementwise passes, where XLA:CPU's sort is a slow per-world kernel (3.5 ms of a humanoid
+  step at batch 1024, 54 entries); longer lists are sorted."""
+  n = keys[0].shape[0]
+  i = jnp.arange(n, dtype=jnp.int32)
+  if n > PAIRWISE_SORT:
+    return jax.lax.sort(tuple(keys) + (i, i), num_keys=len(keys) + 1)[-1]
+  # before[i, j]: entry j sorts before entry i (lexicographic from the least significant key,
+  # the position last, so that no two entries tie)
+  before = i[None, :] < i[:, None]
+  for k in reversed(keys):
+    before = (k[None, :] < k[:, None]) | ((k[None, :] == k[:, None]) & before)
+  rank = jnp.sum(before, axis=1, dtype=jnp.int32)
+  return jnp.sum(jnp.where(rank[None, :] == i[:, None], i[None, :], 0), axis=1)
 
 
 def _select(keep, slack, k):
@@ -984,7 +1004,7 @@ def collision(m, d):
   else:
     idx = jnp.arange(nslot, dtype=jnp.int32)
   sort_keys = [(~valid[idx]).astype(jnp.int32)] + [k[idx] for k in keys] + [index[idx]]
-  idx = jax.lax.sort(tuple(sort_keys) + (idx,), num_keys=len(sort_keys))[-1]
+  idx = idx[_lex_order(sort_keys)]
   nrow = idx.shape[0]
   ncon = jnp.minimum(nvalid, cap)
   used = jnp.arange(nrow) < ncon

@@ -96,7 +96,16 @@ def _div_or(num, den, fill):
 def _first(valid, n):
   """Indices (n,) of the first n True entries of ``valid`` in order (then the False ones), and
   their validity (n,): MuJoCo's "append while there is room" for a fixed candidate order."""
-  idx = jnp.argsort(jnp.logical_not(valid), stable=True)[:n]
+  # each entry's place in the stable order (True entries first): a rank, then the entry of
+  # each of the first n ranks picked by a one-hot sum. The candidate lists are short (2 to a
+  # few hundred), and this is a few fused elementwise passes where a sort is a slow kernel
+  # per world (6 ms of a humanoid step at batch 1024, on CPU)
+  before = jnp.cumsum(valid, dtype=jnp.int32) - valid
+  nvalid = jnp.sum(valid, dtype=jnp.int32)
+  i = jnp.arange(valid.shape[0], dtype=jnp.int32)
+  rank = jnp.where(valid, before, nvalid + i - before)
+  hit = rank[None, :] == jnp.arange(n, dtype=jnp.int32)[:, None]
+  idx = jnp.sum(jnp.where(hit, i[None, :], 0), axis=1)
   return idx, valid[idx]
 
 
