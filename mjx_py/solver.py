@@ -95,8 +95,9 @@ stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc
 - J' f(J qacc - aref) vanishes, where f is the force law of the final constraint states (the
 frozen active set) and theta all the float inputs (M, qfrc_smooth, J, aref, D, R, f, mu,
 friction). Its Jacobian in qacc is the Newton Hessian H above, so dqacc = -H^-1 dG/dtheta
-dtheta. The output is qacc* - H^-1 (G - stop_gradient(G)): its value is qacc* exactly, its
-derivative (forward or reverse, any order of vmap) is the implicit one. efc_force gets the same
+dtheta. The output is qacc* with a custom JVP rule (_implicit) giving that derivative
+(forward or reverse, any order of vmap); the rule factors H at qacc*, so a forward pass that
+takes no derivative never does. efc_force gets the same
 treatment through f, and qfrc_constraint = J' efc_force. No derivative flows through the
 iterations or the line search.
 
@@ -588,7 +589,7 @@ class _Carry(NamedTuple):
   grad: jax.Array
   Mgrad: jax.Array
   search: jax.Array
-  Hinv: jax.Array      # Newton: inverse Hessian at qacc (CG: M^-1)
+  Hinv: jax.Array      # CG: M^-1 (nv, nv); Newton: (0, 0), its Hessian is factored in _direction
   done: jax.Array
   niter: jax.Array
 
@@ -614,7 +615,7 @@ def _init(cfg: _Config, p: _Problem, warm, empty):
   zv = jnp.zeros((nv,), dtype)
   blank = _Update(jnp.zeros((n,), dtype), jnp.full((n,), UNUSED, jnp.int32),
                   jnp.zeros((), dtype), jnp.zeros((nc, nr, nr), dtype))
-  Hinv = jnp.zeros((nv, nv), dtype) if cfg.newton else linalg.inverse(p.M)
+  Hinv = jnp.zeros((0, 0), dtype) if cfg.newton else linalg.inverse(p.M)
   return _Carry(qacc, p.M @ qacc, p.J @ qacc - p.aref, blank, jnp.zeros((), dtype),
                 jnp.zeros((), dtype), zv, zv, zv, Hinv, empty, jnp.zeros((), jnp.int32))
 
@@ -629,8 +630,9 @@ def _prepare_search(p: _Problem, c: _Carry):
 
 def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slope, neval, Mv,
           Jv):
-  """The move by alpha along the search direction, the constraint update, gradient,
-  preconditioning and the next direction (one world): (carry, stats)."""
+  """The move by alpha along the search direction, the constraint update and gradient (one
+  world); CG also preconditions and sets its next direction (Newton: _direction, at the start
+  of the next iteration): (carry, stats)."""
   dtype = p.M.dtype
   moved = (alpha != 0) | first
   qacc = c.qacc + alpha * c.search
@@ -640,18 +642,17 @@ def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slop
   gauss = 0.5 * (Ma - p.qfrc_smooth) @ (qacc - p.qacc_smooth)
   cost = up.cost + gauss
   grad = Ma - p.qfrc_smooth - p.J.T @ up.force
-  Hinv = linalg.inverse(_hessian(p, up)) if cfg.newton else c.Hinv
-  Mgrad = Hinv @ grad
   improvement = prm.scale * (c.cost - cost)
   gradient = prm.scale * jnp.sqrt(grad @ grad)
   converged = (improvement < prm.tol) | (gradient < prm.tol)
   if cfg.newton:
-    new_search = -Mgrad
+    Mgrad, new_search = c.Mgrad, c.search
   else:
     # Polak-Ribiere, reset when negative (the first direction: -Mgrad)
+    Mgrad = c.Hinv @ grad
     beta = grad @ (Mgrad - c.Mgrad) / jnp.maximum(MINVAL, c.grad @ c.Mgrad)
     new_search = -Mgrad + jnp.where(first, 0.0, jnp.maximum(beta, 0.0)) * c.search
-  new = _Carry(qacc, Ma, jar, up, cost, gauss, grad, Mgrad, new_search, Hinv,
+  new = _Carry(qacc, Ma, jar, up, cost, gauss, grad, Mgrad, new_search, c.Hinv,
                converged, c.niter + jnp.where(first, 0, 1).astype(jnp.int32))
   out = jax.tree_util.tree_map(lambda a, b: jnp.where(moved, a, b), new, c)
   out = out._replace(done=jnp.where(first, c.done, ~moved | converged))
@@ -665,14 +666,24 @@ def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slop
   return out, stats
 
 
+def _direction(p: _Problem, c: _Carry):
+  """Newton's search direction at the carry's point (one world): -H^-1 grad, H the Hessian of
+  the carry's constraint update (MuJoCo computes it right after the move; it is computed here,
+  at the start of the next iteration, so that a world that converged never factors it)."""
+  Mgrad = linalg.inverse(_hessian(p, c.up)) @ c.grad
+  return c._replace(Mgrad=Mgrad, search=-Mgrad)
+
+
 def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   """The primal solver's iterations for a batch of worlds (every input has a leading axis B;
   stop_gradient inputs): (final carry, stats), the stats with shape (B, iterations).
 
-  A lax.scan of opt.iterations + 1 steps, each a line search and move followed by the
-  constraint update, gradient and preconditioning at the new point; step 0 starts from a zero
-  search direction (so its line search returns at once) and only assesses the start point, so
-  that the program holds a single copy of the update and the factorization. A world that has
+  A lax.scan of opt.iterations + 1 steps, each (Newton) the search direction from the Hessian
+  at the current point, then a line search and move followed by the constraint update and
+  gradient at the new point (CG: and its preconditioning and next direction); step 0 starts
+  from a zero search direction (so its line search returns at once, and Newton skips its
+  direction by a lax.cond) and only assesses the start point, so that the program holds a
+  single copy of the update and the factorization. A world that has
   converged keeps its carry (a mask); a step in which every world of the batch has converged
   is skipped by a lax.cond on the whole batch, so a batch costs the iterations of its slowest
   world, and all worlds stay in lockstep.
@@ -687,6 +698,9 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   zeros = (jnp.zeros((B,), dtype),) * 3 + (jnp.zeros((B,), jnp.int32),) * 3
 
   def iteration(P, prm, C, first, frozen):
+    if cfg.newton:
+      # step 0 assesses the start point (zero search direction): no direction to compute
+      C = lax.cond(first, lambda C: C, lambda C: jax.vmap(_direction)(P, C), C)
     snorm, Mv, Jv, LN = prep(P, C)
     S = jax.vmap(_ls_init)(LN, snorm, prm)
     S['done'] = S['done'] | frozen
@@ -838,6 +852,42 @@ def _residual(p: _Problem, qacc, state):
   return p.M @ qacc - p.qfrc_smooth - p.J.T @ force, force
 
 
+_INTS = ('kind', 'cone_row', 'cone_on')
+
+
+def _split(p: _Problem):
+  """(the float fields, the int and bool fields) of a _Problem, as two tuples."""
+  return (tuple(x for k, x in p._asdict().items() if k not in _INTS),
+          tuple(getattr(p, k) for k in _INTS))
+
+
+def _join(floats, ints) -> _Problem:
+  fields = iter(floats)
+  return _Problem(**{k: (ints[_INTS.index(k)] if k in _INTS else next(fields))
+                     for k in _Problem._fields})
+
+
+@jax.custom_jvp
+def _implicit(floats, ints, qstar, state):
+  """qstar (nv,), carrying the implicit derivative of the optimum in the problem's float
+  fields, the active set ``state`` (N,) held fixed: dqacc = -H^-1 dG (see the module
+  docstring). The Hessian is factored only when a derivative is taken (in the rule below), so
+  the forward pass pays nothing for it."""
+  return qstar
+
+
+@_implicit.defjvp
+def _implicit_jvp(primals, tangents):
+  floats, ints, qstar, state = primals
+  qstar, state = lax.stop_gradient(qstar), lax.stop_gradient(state)
+  floats = jax.tree_util.tree_map(lax.stop_gradient, floats)
+  _, dG = jax.jvp(lambda f: _residual(_join(f, ints), qstar, state)[0], (floats,),
+                  (tangents[0],))
+  p = _join(floats, ints)
+  H = _hessian(p, _update(p, p.J @ qstar - p.aref, frozen=state, hessian=True))
+  return qstar, -linalg.inverse(H) @ dG
+
+
 def _check(m):
   if m.opt.solver not in (PGS, CG, NEWTON):
     raise NotSupportedError(f'unknown constraint solver {m.opt.solver}')
@@ -886,17 +936,14 @@ def _params(m, dtype) -> _Params:
 
 
 def _primal(m, ps: _Problem, warm, empty, prm: _Params):
-  """Newton or CG: (qacc*, final constraint update, inverse Hessian at qacc*, niter, stats)."""
+  """Newton or CG: (qacc*, final constraint update, niter, stats)."""
   ls_iterations = int(m.opt.ls_iterations)
   if ps.M.dtype == jnp.float32:
     ls_iterations = min(ls_iterations, F32_LS_ITERATIONS)
   cfg = _Config(m.opt.solver == NEWTON, int(m.opt.iterations), ls_iterations,
                 not m.opt.disableflags & DSBL_WARMSTART)
   carry, stats = _iterate_fn(cfg)(ps, warm, empty, prm)
-  state = carry.up.state
-  Hinv = carry.Hinv if cfg.newton else linalg.inverse(
-      _hessian(ps, _update(ps, carry.jar, frozen=state, hessian=True)))
-  return carry.qacc, carry.up, Hinv, carry.niter, stats
+  return carry.qacc, carry.up, carry.niter, stats
 
 
 def _dual_finish(ps: _Problem, Minv, force):
@@ -906,7 +953,7 @@ def _dual_finish(ps: _Problem, Minv, force):
 
 def _pgs(m, d, ps: _Problem, dp, warm, prm: _Params, Minv):
   """PGS: (qacc*, forces, dual states, the primal update at qacc* (its active set for the
-  implicit gradients), inverse Hessian there, niter, stats)."""
+  implicit gradients), niter, stats)."""
   f_warm = _update(ps, ps.J @ warm - ps.aref).force
   F0 = dual.warm_forces(dp, f_warm, dp.b[:f_warm.shape[0]],
                         not m.opt.disableflags & DSBL_WARMSTART)
@@ -914,12 +961,11 @@ def _pgs(m, d, ps: _Problem, dp, warm, prm: _Params, Minv):
                                    bool(_cone_width(m))))
   res = run(dp, F0, dual.Params(prm.tol, prm.scale))
   qstar = _dual_finish(ps, Minv, res.force)
-  up = _update(ps, ps.J @ qstar - ps.aref, hessian=True)
-  Hinv = linalg.inverse(_hessian(ps, up))
+  up = _update(ps, ps.J @ qstar - ps.aref)
   it = res.improvement.shape[0]
   zf, zi = jnp.zeros((it,), res.improvement.dtype), jnp.zeros((it,), jnp.int32)
   stats = (res.improvement, zf, zf, res.nactive, res.nchange, zi)
-  return qstar, res.force, res.state, up, Hinv, res.niter, stats
+  return qstar, res.force, res.state, up, res.niter, stats
 
 
 def _noslip(m, ps: _Problem, dp, force, dtype, Minv):
@@ -969,10 +1015,10 @@ def solve_info(m, d):
 
   contact = d.contact
   if m.opt.solver == PGS:
-    qstar, fstar, state, up, Hinv, niter, stats = _pgs(m, d, ps, dp, warm, prm, Minv)
+    qstar, fstar, state, up, niter, stats = _pgs(m, d, ps, dp, warm, prm, Minv)
     # with no rows PGS's result is qacc_smooth already
   else:
-    qstar, up, Hinv, niter, stats = _primal(m, ps, warm, empty, prm)
+    qstar, up, niter, stats = _primal(m, ps, warm, empty, prm)
     fstar, state = up.force, up.state
     # MuJoCo's layout of the cone Hessians: row-major dim x dim in the first dim^2 of contact.H
     nr = _cone_width(m)
@@ -989,8 +1035,7 @@ def solve_info(m, d):
 
   # implicit differentiation at the optimum, active set of the primal update at qacc* frozen
   # (values unchanged, see the module docstring)
-  G, _ = _residual(p, qstar, up.state)
-  qacc = qstar - lax.stop_gradient(Hinv) @ (G - lax.stop_gradient(G))
+  qacc = _implicit(*_split(p), qstar, up.state)
   _, f = _residual(p, qacc, up.state)
   force = fstar + (f - lax.stop_gradient(f))
   # MuJoCo's mj_fwdConstraint saves the main solver's solution as the next warm start
