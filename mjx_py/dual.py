@@ -43,8 +43,8 @@ nefc_max rows: at row i a world processes the unit that starts there (``code``),
 rows past the batch's largest nefc are skipped by a lax.cond on the whole batch, as are the
 elliptic branch's QCQPs at rows where no world starts an elliptic contact. The iterations are a
 fixed-count lax.scan with a per-world convergence mask (no while loop), batched through
-solver._batched as the primal solvers are. Everything here runs on stop_gradient inputs:
-mjx_py.solver differentiates the result implicitly.
+mjx_py.batching.per_world as the primal solvers are. Everything here runs on stop_gradient
+inputs: mjx_py.solver differentiates the result implicitly.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ tests hold qacc to 1e-8 relative). Gradients go through
 ``lax.custom_linear_solve``: the derivative of the solution is the solve of the differentiated
 system (implicit differentiation), so no derivative flows through the factorization loops.
 
-The loop index is not batched, so under vmap the dynamic slices stay slices (no gathers).
+The loop index is not batched, so under vmap the dynamic slices stay slices (no gathers); the
+loop sees the whole batch at once (``inverse``).
 """
 
 from __future__ import annotations
@@ -24,42 +25,63 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from .batching import per_world
+
+
+def _inverse_batch(a):
+  """Gauss-Jordan inverses (B, n, n) of a batch of matrices (B, n, n), the batch as the minor
+  axis of the loop's work array (see ``inverse``)."""
+  w = jnp.moveaxis(a, 0, -1)                                       # (n, n, B)
+  n = w.shape[0]
+  i = lax.broadcasted_iota(jnp.int32, w.shape, 0)
+  j = lax.broadcasted_iota(jnp.int32, w.shape, 1)
+  at = lax.broadcasted_iota(jnp.int32, (n, 1), 0)
+
+  def body(k, w):
+    # in-place Gauss-Jordan step k as one elementwise expression over the whole array: with
+    # p the pivot w[k, k], row' = w[k, :] / p except row'[k] = 1 / p, and col' = w[:, k]
+    # except col'[k] = 0, the new array is row' in row k and, elsewhere, w - col' row'' with
+    # column k of w taken as zero (the identity's column k takes the place of column k)
+    row = lax.dynamic_index_in_dim(w, k, 0, keepdims=False)        # (n, B)
+    col = lax.dynamic_index_in_dim(w, k, 1, keepdims=False)        # (n, B)
+    pivot = lax.dynamic_index_in_dim(row, k, 0, keepdims=True)     # (1, B)
+    row = jnp.where(at == k, 1.0, row) / pivot
+    col = jnp.where(at == k, 0.0, col)
+    return jnp.where(i == k, row[None], jnp.where(j == k, 0.0, w) - col[:, None] * row[None])
+  return jnp.moveaxis(lax.fori_loop(0, n, body, w), -1, 0)
+
+
+_inverse = per_world(_inverse_batch)
+
 
 def inverse(a):
   """a^-1 (n, n) by Gauss-Jordan elimination without pivoting, for a with nonzero leading
   minors (symmetric positive definite a, or M - h D of the implicit integrators): one loop of
   n eliminations, each a rank-1 update of the whole matrix. Against a Cholesky factorization
   and two triangular solves (three loops) this has a third of the loop iterations, which is
-  what a step of a small model pays for on CPU; the solve is then a matrix product."""
-  a = jnp.asarray(a)
-  n = a.shape[-1]
-  one = jnp.ones((1, 1), a.dtype)
+  what a step of a small model pays for on CPU; the solve is then a matrix product.
 
-  def body(k, w):
-    # in-place Gauss-Jordan: row k is divided by the pivot, column k eliminated from the
-    # other rows, and the identity's column k takes the place of column k
-    pivot = lax.dynamic_slice(w, (k, k), (1, 1))[0, 0]
-    col = lax.dynamic_slice_in_dim(w, k, 1, axis=1)[:, 0]
-    col = lax.dynamic_update_slice_in_dim(col, jnp.zeros((1,), a.dtype), k, 0)
-    w = lax.dynamic_update_slice_in_dim(w, jnp.zeros((n, 1), a.dtype), k, axis=1)
-    w = lax.dynamic_update_slice(w, one, (k, k))
-    row = lax.dynamic_slice_in_dim(w, k, 1, axis=0)[0] / pivot
-    w = w - col[:, None] * row[None, :]
-    return lax.dynamic_update_slice_in_dim(w, row[None, :], k, axis=0)
-  return lax.fori_loop(0, n, body, a)
+  Per world, batched underneath (mjx_py.batching.per_world): under vmap the batch becomes the
+  minor axis of the elimination, so each step is one vectorized pass over the worlds, where
+  with the batch leading each step runs along rows of length n. Measured on the humanoid
+  (nv = 27, float32, 2-core CPU, against the per-world loop of dynamic slices and updates):
+  rollouts at batch 1 / 64 / 1024 went from 2,886 / 7,415 / 9,835 to 3,694 / 8,036 / 10,599
+  env-steps/s (the qM solve, Euler's damped solve and every Newton iteration factor with it).
+  ``a`` carries no derivative (the solves below differentiate implicitly)."""
+  return _inverse(a)
 
 
 def solve_spd(a, b):
   """Solve a y = b for symmetric positive definite a (n, n), b (n,) or (n, k), with implicit
   gradients (see the module docstring)."""
-  inv = lax.stop_gradient(inverse(a))
+  inv = inverse(lax.stop_gradient(a))
   return lax.custom_linear_solve(lambda x: a @ x, b, lambda _, r: inv @ r, symmetric=True)
 
 
 def solve(a, b):
   """Solve a y = b for a general a (n, n) with nonzero leading minors (no pivoting, as
   MuJoCo's implicit integrators), b (n,) or (n, k), with implicit gradients."""
-  inv = lax.stop_gradient(inverse(a))
+  inv = inverse(lax.stop_gradient(a))
   return lax.custom_linear_solve(lambda x: a @ x, b, lambda _, r: inv @ r,
                                  transpose_solve=lambda _, r: inv.T @ r)
 

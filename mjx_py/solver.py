@@ -126,9 +126,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.custom_batching import custom_vmap
 
 from . import dual, linalg
+from .batching import per_world
 from .data import dual_rows
 from .errors import NotSupportedError
 from .math import MINVAL
@@ -750,46 +750,6 @@ def _chunk_size(batch: int) -> int:
   return batch
 
 
-def _batched(batch_fn):
-  """The per-world function of ``batch_fn`` (a function of batched arguments, every leaf with a
-  leading axis B, returning batched results): a function of one world's arguments whose vmap
-  runs the batch as one call of batch_fn (jax.custom_batching.custom_vmap), nested vmaps as one
-  flat batch. The solvers' loops skip a step by a lax.cond once no world of the batch needs it;
-  a plain vmap of the per-world loop would turn that cond into a select and run every step."""
-
-  def broadcast(axis_size, args, in_batched):
-    leaves, tree = jax.tree_util.tree_flatten(args)
-    flags = jax.tree_util.tree_leaves(in_batched)
-    leaves = [x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-              for x, b in zip(leaves, flags)]
-    return jax.tree_util.tree_unflatten(tree, leaves)
-
-  @custom_vmap
-  def many(*args):
-    return batch_fn(*args)
-
-  @many.def_vmap
-  def _many_rule(axis_size, in_batched, *args):
-    # (axis_size, B, ...): one flat batch of axis_size * B worlds
-    args = broadcast(axis_size, args, in_batched)
-    flat = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), args)
-    out = many(*flat)
-    out = jax.tree_util.tree_map(lambda x: x.reshape((axis_size, -1) + x.shape[1:]), out)
-    return out, jax.tree_util.tree_map(lambda _: True, out)
-
-  @custom_vmap
-  def one(*args):
-    out = many(*jax.tree_util.tree_map(lambda x: x[None], args))
-    return jax.tree_util.tree_map(lambda x: x[0], out)
-
-  @one.def_vmap
-  def _one_rule(axis_size, in_batched, *args):
-    out = many(*broadcast(axis_size, args, in_batched))
-    return out, jax.tree_util.tree_map(lambda _: True, out)
-
-  return one
-
-
 def row_bucket(n: int) -> int:
   """The smaller row count the iterations also run at (see _iterate_bucketed): a quarter of
   the capacity ``n``, rounded up to a multiple of 8, at least 32; ``n`` (no bucket) when that
@@ -837,9 +797,9 @@ def _iterate_bucketed(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
 
 
 def _iterate_fn(cfg: _Config):
-  """The primal iterations of one world, _iterate_bucketed underneath (see _batched): a
-  function (p, warm, empty, prm) -> (carry, stats)."""
-  return _batched(lambda *args: _iterate_bucketed(cfg, *args))
+  """The primal iterations of one world, _iterate_bucketed underneath (see
+  mjx_py.batching.per_world): a function (p, warm, empty, prm) -> (carry, stats)."""
+  return per_world(lambda *args: _iterate_bucketed(cfg, *args))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -957,7 +917,7 @@ def _pgs(m, d, ps: _Problem, dp, warm, prm: _Params, Minv):
   f_warm = _update(ps, ps.J @ warm - ps.aref).force
   F0 = dual.warm_forces(dp, f_warm, dp.b[:f_warm.shape[0]],
                         not m.opt.disableflags & DSBL_WARMSTART)
-  run = _batched(functools.partial(dual.pgs_batch, int(m.opt.iterations),
+  run = per_world(functools.partial(dual.pgs_batch, int(m.opt.iterations),
                                    bool(_cone_width(m))))
   res = run(dp, F0, dual.Params(prm.tol, prm.scale))
   qstar = _dual_finish(ps, Minv, res.force)
@@ -974,7 +934,7 @@ def _noslip(m, ps: _Problem, dp, force, dtype, Minv):
   if dtype == jnp.float32:
     tol = jnp.maximum(tol, F32_TOLERANCE)
   scale = lax.stop_gradient(jnp.asarray(1 / (m.stat.meaninertia * max(1, m.nv)), dtype))
-  run = _batched(functools.partial(dual.noslip_batch, int(m.opt.noslip_iterations),
+  run = per_world(functools.partial(dual.noslip_batch, int(m.opt.noslip_iterations),
                                    bool(_cone_width(m))))
   res = run(dp, force, dual.Params(tol, scale))
   return _dual_finish(ps, Minv, res.force), res.force, res.state, res.niter, res
