@@ -33,8 +33,10 @@ def _inverse_batch(a):
   axis of the loop's work array (see ``inverse``)."""
   w = jnp.moveaxis(a, 0, -1)                                       # (n, n, B)
   n = w.shape[0]
-  i = lax.broadcasted_iota(jnp.int32, w.shape, 0)
-  j = lax.broadcasted_iota(jnp.int32, w.shape, 1)
+  # row and column indices as small broadcast operands (full-size iotas would be hoisted out
+  # of the loop as arrays that every step reads beside w)
+  i = lax.broadcasted_iota(jnp.int32, (n, 1, 1), 0)
+  j = lax.broadcasted_iota(jnp.int32, (1, n, 1), 1)
   at = lax.broadcasted_iota(jnp.int32, (n, 1), 0)
 
   def body(k, w):
