@@ -334,25 +334,28 @@ def _hessian(p: _Problem, up: _Update):
 # Line search (CGprepare, CGeval, CGsearch)
 
 class _Line(NamedTuple):
-  """The 1-D cost along qacc + alpha search, prepared once per search direction."""
+  """The 1-D cost along qacc + alpha search, prepared once per search direction. The
+  polynomials' coefficients lead (constant, linear, quadratic) and the rows are the minor
+  axis, so that an evaluation's selects and sums run along the rows (with the rows leading,
+  a batch's work arrays end in an axis of 3, which does not vectorize)."""
   gauss: jax.Array     # (3,) Gauss cost polynomial (constant, linear, quadratic coefficient)
-  quad: jax.Array      # (N, 3) the rows' quadratic polynomials (0.5 D jar^2 etc.)
+  quad: jax.Array      # (3, N) the rows' quadratic polynomials (0.5 D jar^2 etc.)
   jar: jax.Array       # (N,)
   Jv: jax.Array        # (N,)
-  lin_neg: jax.Array   # (N, 3) friction-loss rows' linear pieces below -R f ...
-  lin_pos: jax.Array   # (N, 3) ... and above R f
-  cone: jax.Array      # (nc, 6): U0, V0, UU, UV, VV, Dm
-  cone_quad: jax.Array  # (nc, 3): the sum of the cone's rows' polynomials (bottom zone)
+  lin_neg: jax.Array   # (3, N) friction-loss rows' linear pieces below -R f ...
+  lin_pos: jax.Array   # (3, N) ... and above R f
+  cone: jax.Array      # (6, nc): U0, V0, UU, UV, VV, Dm
+  cone_quad: jax.Array  # (3, nc): the sum of the cone's rows' polynomials (bottom zone)
 
 
 def _prepare(p: _Problem, jar, Jv, Ma, Mv, search, gauss_cost) -> _Line:
   gauss = jnp.stack([gauss_cost, search @ Ma - p.qfrc_smooth @ search, 0.5 * search @ Mv])
   DJ = p.D * jar
-  quad = jnp.stack([0.5 * jar * DJ, Jv * DJ, 0.5 * Jv * p.D * Jv], axis=1)
+  quad = jnp.stack([0.5 * jar * DJ, Jv * DJ, 0.5 * Jv * p.D * Jv])
   f, Rf = p.floss, p.R * p.floss
   zero = jnp.zeros_like(f)
-  lin_neg = jnp.stack([f * (-0.5 * Rf - jar), -f * Jv, zero], axis=1)
-  lin_pos = jnp.stack([f * (-0.5 * Rf + jar), f * Jv, zero], axis=1)
+  lin_neg = jnp.stack([f * (-0.5 * Rf - jar), -f * Jv, zero])
+  lin_pos = jnp.stack([f * (-0.5 * Rf + jar), f * Jv, zero])
   nc = p.mu.shape[0]
   if nc:
     U = jar[p.cone_row] * p.cone_scale
@@ -360,11 +363,11 @@ def _prepare(p: _Problem, jar, Jv, Ma, Mv, search, gauss_cost) -> _Line:
     mu = p.mu
     cone = jnp.stack([U[:, 0], V[:, 0], jnp.sum(U[:, 1:] ** 2, 1), jnp.sum(U[:, 1:] * V[:, 1:], 1),
                       jnp.sum(V[:, 1:] ** 2, 1),
-                      p.D[p.cone_row[:, 0]] / (mu * mu * (1 + mu * mu))], axis=1)
-    cone_quad = jnp.sum(quad[p.cone_row] * p.cone_on[:, :, None], axis=1)
+                      p.D[p.cone_row[:, 0]] / (mu * mu * (1 + mu * mu))])
+    cone_quad = jnp.sum(quad[:, p.cone_row] * p.cone_on, axis=2)
   else:
-    cone = jnp.zeros((0, 6), jar.dtype)
-    cone_quad = jnp.zeros((0, 3), jar.dtype)
+    cone = jnp.zeros((6, 0), jar.dtype)
+    cone_quad = jnp.zeros((3, 0), jar.dtype)
   return _Line(gauss, quad, jar, Jv, lin_neg, lin_pos, cone, cone_quad)
 
 
@@ -382,12 +385,12 @@ def _eval(p: _Problem, ln: _Line, alpha):
   # each row contributes one of its three polynomials (the zones are disjoint): one select and
   # one reduction (a fused loop; three mask-matrix products cost three passes and, batched,
   # run as small dot kernels)
-  piece = jnp.where(on_quad[:, None], ln.quad,
-                    jnp.where(neg[:, None], ln.lin_neg, jnp.where(pos[:, None], ln.lin_pos, 0.0)))
-  total = ln.gauss + jnp.sum(piece, axis=0)
+  piece = jnp.where(on_quad, ln.quad,
+                    jnp.where(neg, ln.lin_neg, jnp.where(pos, ln.lin_pos, 0.0)))
+  total = ln.gauss + jnp.sum(piece, axis=1)
   cost = d0 = d1 = jnp.zeros((), x.dtype)
   if p.mu.shape[0]:
-    U0, V0, UU, UV, VV, Dm = (ln.cone[:, k] for k in range(6))
+    U0, V0, UU, UV, VV, Dm = ln.cone
     on = p.cone_on[:, 0]
     mu = p.mu
     N = U0 + alpha * V0
@@ -397,7 +400,7 @@ def _eval(p: _Problem, ln: _Line, alpha):
     top = jnp.where(tpos, N >= mu * T, N >= 0)
     bottom = on & ~top & jnp.where(tpos, mu * N + T <= 0, True)
     middle = on & ~top & ~bottom
-    total = total + jnp.sum(jnp.where(bottom[:, None], ln.cone_quad, 0.0), axis=0)
+    total = total + jnp.sum(jnp.where(bottom, ln.cone_quad, 0.0), axis=1)
     T1 = (UV + alpha * VV) / T
     T2 = VV / T - (UV + alpha * VV) * T1 / (T * T)
     nmt = N - mu * T
