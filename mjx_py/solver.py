@@ -139,6 +139,8 @@ F32_TOLERANCE, F32_LS_TOLERANCE = 1e-5, 0.1
 F32_LS_ITERATIONS = 12
 # worlds per chunk of a CPU batch's primal iterations (see the module docstring)
 CPU_CHUNK = 64
+# rows per step of the Newton Hessian's loop over the rows in use (see _hessian)
+ROW_BLOCK = 8
 # mjtConstraintState (and the sentinel of unused rows)
 UNUSED, SATISFIED, QUADRATIC, LINEARNEG, LINEARPOS, CONE = -1, 0, 1, 2, 3, 4
 # mjtSolver
@@ -317,13 +319,33 @@ def _update(p: _Problem, jar, frozen=None, hessian=False) -> _Update:
   return _Update(force, state, cost, Hc)
 
 
-def _hessian(p: _Problem, up: _Update):
-  """H = M + J' diag(D on QUADRATIC rows) J + sum over middle-zone cones J_c' H_c J_c."""
+def _hessian(p: _Problem, up: _Update, nblock=None):
+  """H = M + J' diag(D on QUADRATIC rows) J + sum over middle-zone cones J_c' H_c J_c.
+
+  nblock: with it (an int32 scalar, the same for every world of a batch: the loop index stays
+  unbatched, so its slices stay slices), only the first nblock * ROW_BLOCK rows are summed, a
+  block of ROW_BLOCK rows per loop step. The rows beyond a world's row count add nothing, and
+  the rows in use are usually far fewer than the buffer's: on the humanoid the iterations run
+  on 72 rows (the row bucket) while the worlds use 6 on average and at most about 30, and a
+  batch of 64 needs 3-4 blocks. Measured (humanoid rollouts, 2-core CPU, against the sum over
+  all rows): batch 64 9,535 -> 10,844 env-steps/s, batch 1024 12,539 -> 13,102; blocks of 4
+  and 16 rows were slower than 8."""
   dq = jnp.where(up.state == QUADRATIC, p.D, 0.0)
-  # J' diag(dq) J as a broadcast product summed over the rows: one fused reduction, where a
-  # batched (nv, N) x (N, nv) dot runs as many small matrix kernels (about 1.8x slower on CPU
-  # for the humanoid at batch 1024)
-  H = p.M + jnp.sum((p.J * dq[:, None])[:, :, None] * p.J[:, None, :], axis=0)
+
+  def rows(J, dq):
+    # J' diag(dq) J as a broadcast product summed over the rows: one fused reduction, where a
+    # batched (nv, N) x (N, nv) dot runs as many small matrix kernels (about 1.8x slower on
+    # CPU for the humanoid at batch 1024)
+    return jnp.sum((J * dq[:, None])[:, :, None] * J[:, None, :], axis=0)
+
+  if nblock is None:
+    H = p.M + rows(p.J, dq)
+  else:
+    def block(b, H):
+      start = b * ROW_BLOCK
+      return H + rows(lax.dynamic_slice_in_dim(p.J, start, ROW_BLOCK),
+                      lax.dynamic_slice_in_dim(dq, start, ROW_BLOCK))
+    H = lax.fori_loop(0, nblock, block, p.M)
   if p.mu.shape[0]:
     Jc = p.J[p.cone_row] * p.cone_on[:, :, None]
     H = H + jnp.einsum('cjn,cjk,ckm->nm', Jc, up.Hc, Jc)
@@ -669,12 +691,22 @@ def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slop
   return out, stats
 
 
-def _direction(p: _Problem, c: _Carry):
+def _direction(p: _Problem, c: _Carry, nblock=None):
   """Newton's search direction at the carry's point (one world): -H^-1 grad, H the Hessian of
   the carry's constraint update (MuJoCo computes it right after the move; it is computed here,
   at the start of the next iteration, so that a world that converged never factors it)."""
-  Mgrad = linalg.inverse(_hessian(p, c.up)) @ c.grad
+  Mgrad = linalg.inverse(_hessian(p, c.up, nblock)) @ c.grad
   return c._replace(Mgrad=Mgrad, search=-Mgrad)
+
+
+def _row_blocks(P: _Problem):
+  """The number of ROW_BLOCK-row blocks that hold every row in use in the batch P (leading
+  axis B), or None when the row count is not a multiple of ROW_BLOCK."""
+  n = P.kind.shape[1]
+  if n % ROW_BLOCK:
+    return None
+  used = jnp.max(jnp.sum(P.kind != _NONE, axis=1))
+  return ((used + ROW_BLOCK - 1) // ROW_BLOCK).astype(jnp.int32)
 
 
 def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
@@ -703,7 +735,8 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   def iteration(P, prm, C, first, frozen):
     if cfg.newton:
       # step 0 assesses the start point (zero search direction): no direction to compute
-      C = lax.cond(first, lambda C: C, lambda C: jax.vmap(_direction)(P, C), C)
+      C = lax.cond(first, lambda C: C, lambda C: jax.vmap(_direction, in_axes=(0, 0, None))(
+          P, C, _row_blocks(P)), C)
     snorm, Mv, Jv, LN = prep(P, C)
     S = jax.vmap(_ls_init)(LN, snorm, prm)
     S['done'] = S['done'] | frozen

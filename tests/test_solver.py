@@ -449,7 +449,8 @@ def test_row_bucket_gives_the_iterates_of_all_rows():
   uses no more, else on all N rows (solver._iterate_bucketed). The box stack (elliptic cones)
   at qpos0 uses 48 of its 234 rows (bucket 64); after settling it uses more. A world solved
   alone (the bucket) and beside a world over the bucket (all rows) gets the same solution and
-  iteration count."""
+  iteration count. (The bucket's 64 rows also take the Newton Hessian's loop over blocks of
+  solver.ROW_BLOCK rows, where the 234 rows take the sum over all rows.)"""
   m = mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'box_stack.xml'))
   k = solver.row_bucket(m.nefc_max)
   assert k < m.nefc_max
@@ -474,3 +475,32 @@ def test_row_bucket_gives_the_iterates_of_all_rows():
   assert int(sol1.solver_niter[0]) == int(sol.solver_niter[0])
   # and the bucketed solve is the forward pass's own (the step's path for that world)
   np.testing.assert_allclose(alone.qacc[0], small.qacc, rtol=1e-9, atol=1e-9)
+
+
+def test_hessian_row_blocks_equal_the_sum_over_all_rows():
+  """solver._hessian over the first nblock blocks of ROW_BLOCK rows (the batch's rows in use,
+  solver._row_blocks) equals the sum over every row, for worlds using different row counts
+  (the rows past a world's count are unused, as mjx_py.constraint writes them)."""
+  rng = np.random.default_rng(5)
+  nw, n, nv = 3, 4 * solver.ROW_BLOCK, 7
+  used = np.array([5, 2 * solver.ROW_BLOCK + 3, 0])
+  live = np.arange(n)[None, :] < used[:, None]
+  a = rng.normal(size=(nw, nv, nv))
+  M = a @ np.swapaxes(a, 1, 2) + nv * np.eye(nv)
+  J = np.where(live[:, :, None], rng.normal(size=(nw, n, nv)), 0.0)
+  kind = np.where(live, rng.choice([1, 2, 3], size=(nw, n)), 0).astype(np.int32)
+  state = np.where(live, rng.choice([solver.SATISFIED, solver.QUADRATIC], size=(nw, n)),
+                   solver.UNUSED).astype(np.int32)
+  D = np.where(live, rng.uniform(0.5, 2.0, size=(nw, n)), 0.0)
+  zeros = np.zeros((nw, n))
+  P = solver._Problem(M, zeros[:, :nv], zeros[:, :nv], J, zeros, D, zeros, zeros, kind,
+                      np.zeros((nw, 0, 1), np.int32), np.zeros((nw, 0, 1), bool),
+                      np.zeros((nw, 0, 1)), np.zeros((nw, 0)))
+  up = solver._Update(zeros, state, np.zeros(nw), np.zeros((nw, 0, 1, 1)))
+  nblock = solver._row_blocks(P)
+  assert int(nblock) == 3
+  dense = jax.vmap(solver._hessian)(P, up)
+  blocked = jax.jit(jax.vmap(solver._hessian, in_axes=(0, 0, None)))(P, up, nblock)
+  np.testing.assert_allclose(blocked, dense, rtol=1e-12, atol=1e-12)
+  expect = M + np.einsum('wri,wr,wrj->wij', J, np.where(state == solver.QUADRATIC, D, 0.0), J)
+  np.testing.assert_allclose(dense, expect, rtol=1e-12, atol=1e-12)
