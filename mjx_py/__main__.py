@@ -141,7 +141,7 @@ def _compare(args) -> int:
          str(args.mjx_timeout)]
   cmd += (['--no-mjx'] * args.no_mjx + ['--smooth'] * args.smooth
           + ['--fast-compile'] * (not args.full_opt))
-  print('side by side (examples/compare_speed.py, one run) ...', flush=True)
+  print('side by side (examples/compare_speed.py, the fastest of 3 runs each) ...', flush=True)
   res = subprocess.run(cmd, capture_output=True, text=True)
   print(res.stdout, end='')
   if res.returncode:

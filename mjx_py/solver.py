@@ -88,7 +88,10 @@ row_bucket(N) rows and the result is padded back. The unused rows add nothing, s
 the same iterates up to summation order. Measured on the humanoid (N = 262, bucket 72; at most
 36 rows in use over 1024 random states): the batch-1024 solve took 263 ms on all rows and
 91 ms on 64; the step went from 397 to 247 ms, and its compile grew by about 1.2 s (the
-iterations are compiled at both sizes).
+iterations are compiled at both sizes). Within the bucket, the Newton Hessian's J' D J (the
+costliest row work, nv^2 per row) sums only the blocks of ROW_BLOCK rows that hold the
+batch's rows in use (_hessian, _row_blocks). The line search's polynomials are (3, N) tables,
+the rows on the minor axis, so that a batch's evaluations vectorize along the rows.
 
 Gradients (implicit differentiation at the optimum, active set frozen): the iterations run on
 stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc - qfrc_smooth

@@ -85,10 +85,21 @@ def broadcast_batch(d, batch: int):
   return jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d)
 
 
+def best_time(fn, repeat: int = 1) -> float:
+  """The shortest wall time (s) of ``repeat`` calls of ``fn()`` (its result waited for)."""
+  best = float('inf')
+  for _ in range(max(1, repeat)):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    best = min(best, time.perf_counter() - t0)
+  return best
+
+
 def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = '',
-                 compiler_options: dict | None = None):
+                 compiler_options: dict | None = None, repeat: int = 1):
   """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps
-  (``compiler_options``: XLA options of the compile, e.g. mjx_py.FAST_COMPILE)."""
+  (``compiler_options``: XLA options of the compile, e.g. mjx_py.FAST_COMPILE); the steps/s
+  of the fastest of ``repeat`` runs after a warm-up run."""
   m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir)
   dbatch = broadcast_batch(d0, batch)
   t0 = time.perf_counter()
@@ -96,11 +107,7 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
       compiler_options=compiler_options)
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(fn(dbatch, ctrl))
-  t0 = time.perf_counter()
-  out = fn(dbatch, ctrl)
-  jax.block_until_ready(out)
-  run_s = time.perf_counter() - t0
-  return compile_s, batch * nstep / run_s
+  return compile_s, batch * nstep / best_time(lambda: fn(dbatch, ctrl), repeat)
 
 
 def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
@@ -151,6 +158,8 @@ def main(argv=None) -> int:
                            'forward rollout)')
   parser.add_argument('--fast-compile', action='store_true',
                       help='compile with mjx_py.FAST_COMPILE (XLA:CPU classic emitters)')
+  parser.add_argument('--repeat', type=int, default=3,
+                      help='timed runs per batch size (the fastest is reported)')
   args = parser.parse_args(argv)
   xml = _prepare_xml(args.model, args.smooth)
   from .xla import compile_options
@@ -161,7 +170,7 @@ def main(argv=None) -> int:
   print(f"{'batch':>6} {'ours steps/s':>14} {'compile s':>10}")
   for batch in args.batch:
     c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-                          compiler_options=opts)
+                          compiler_options=opts, repeat=args.repeat)
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
   if args.grad:
     cs, cg, tf, tg = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model),
