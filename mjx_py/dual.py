@@ -38,13 +38,13 @@ elliptic contacts by their scaled force (N = f_0 / mu, T = |f_j / friction_j|): 
 mu N >= T, QUADRATIC when N + mu T <= 0, else CONE, on all their rows.
 
 Layout. Per world, rows are padded by PAD = 5 zero rows (so every unit can read a window of 6
-rows with a dynamic slice), forces are (nefc_max + PAD,). Each sweep is a lax.scan over the
-nefc_max rows: at row i a world processes the unit that starts there (``code``), if any, and
-rows past the batch's largest nefc are skipped by a lax.cond on the whole batch, as are the
-elliptic branch's QCQPs at rows where no world starts an elliptic contact. The iterations are a
-fixed-count lax.scan with a per-world convergence mask (no while loop), batched through
-mjx_py.batching.per_world as the primal solvers are. Everything here runs on stop_gradient
-inputs: mjx_py.solver differentiates the result implicitly.
+rows with a dynamic slice), forces are (nefc_max + PAD,). Each sweep is a loop over the rows up
+to the batch's largest nefc: at row i a world processes the unit that starts there (``code``),
+if any; the elliptic branch's QCQPs are skipped by a lax.cond on the whole batch at rows where
+no world starts an elliptic contact. The iterations are a loop with a per-world convergence
+mask that ends once every world has converged, batched through mjx_py.batching.per_world as the
+primal solvers are. Both are while loops (see mjx_py.solver on why): everything here runs on
+stop_gradient inputs, and mjx_py.solver differentiates the result implicitly.
 """
 
 from __future__ import annotations
@@ -335,15 +335,15 @@ def dual_state(dp: Dual, f):
 
 
 def _sweep(DP: Dual, ARinv, F, frozen, unit, cone_unit, code):
-  """One Gauss-Seidel sweep for a batch (leading axis B): a lax.scan over the rows, each row's
-  units (``unit``, or ``cone_unit`` where some world starts an elliptic contact there) in the
-  worlds not frozen. Returns (F, cost change summed per world)."""
-  n = DP.ctype.shape[1]
+  """One Gauss-Seidel sweep for a batch (leading axis B): a loop over the rows up to the
+  batch's largest nefc, each row's units (``unit``, or ``cone_unit`` where some world starts an
+  elliptic contact there) in the worlds not frozen. Returns (F, cost change summed per
+  world)."""
   nmax = jnp.max(DP.nefc)
   B = F.shape[0]
   zero = jnp.zeros((B,), F.dtype)
 
-  def body(carry, i):
+  def body(i, carry):
     F, change = carry
 
     def run(F):
@@ -357,11 +357,10 @@ def _sweep(DP: Dual, ARinv, F, frozen, unit, cone_unit, code):
       keep = frozen | (ci == _SKIP)
       return jnp.where(keep[:, None], F, newF), jnp.where(keep, 0.0, ch)
 
-    F, ch = lax.cond(i >= nmax, lambda F: (F, zero), run, F)
-    return (F, change + ch), None
+    F, ch = run(F)
+    return F, change + ch
 
-  (F, change), _ = lax.scan(body, (F, zero), jnp.arange(n))
-  return F, change
+  return lax.fori_loop(0, nmax, body, (F, zero))
 
 
 class Result(NamedTuple):
@@ -374,8 +373,8 @@ class Result(NamedTuple):
 
 
 def _iterations(DP: Dual, F, prm: Params, iterations: int, sweep, first_extra):
-  """Fixed-count scan of ``iterations`` sweeps with per-world convergence (improvement *
-  scale below tol) and a whole-batch skip once every world has converged."""
+  """At most ``iterations`` sweeps with per-world convergence (improvement * scale below tol),
+  in a loop that ends once every world of the batch has converged."""
   B = F.shape[0]
   state0, _ = jax.vmap(dual_state)(DP, F)
   dtype = F.dtype
@@ -394,12 +393,21 @@ def _iterations(DP: Dual, F, prm: Params, iterations: int, sweep, first_extra):
              jnp.where(done, 0, nchange))
     return out, stats
 
-  def body(c, k):
-    return lax.cond(jnp.all(c[2]), lambda c: (c, zeros), lambda c: iteration(c, k), c)
+  def more(s):
+    k, c, _ = s
+    return (k < iterations) & ~jnp.all(c[2])
+
+  def step(s):
+    # sweep k's statistics go to row k (rows of sweeps that do not run stay 0)
+    k, c, stats = s
+    c, st = iteration(c, k)
+    return k + 1, c, tuple(lax.dynamic_update_index_in_dim(a, x, k, 0)
+                           for a, x in zip(stats, st))
 
   # no rows: nothing to solve (MuJoCo returns before its solvers), 0 iterations
   c0 = (F, state0, DP.nefc == 0, jnp.zeros((B,), jnp.int32))
-  (F, state, _, niter), stats = lax.scan(body, c0, jnp.arange(iterations))
+  stats = tuple(jnp.zeros((iterations,) + z.shape, z.dtype) for z in zeros)
+  _, (F, state, _, niter), stats = lax.while_loop(more, step, (jnp.int32(0), c0, stats))
   n = DP.ctype.shape[1]
   stats = tuple(jnp.moveaxis(s, 0, 1) for s in stats)
   return Result(F[:, :n], state, niter, *stats)
