@@ -11,6 +11,7 @@ Public API (MuJoCo's names)::
   axes = mjx_py.model_axes(m, ['body_mass'])         # vmap in_axes for per-world fields
   d = mjx_py.shard_batch(d)                          # a batch of worlds across devices
   jax.jit(f, compiler_options=mjx_py.FAST_COMPILE)   # CPU: faster compile, less memory
+  mjx_py.enable_compile_cache()                      # reuse compiled programs across runs
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .forward import forward, step
 from .model import Model, Option, Statistic, name2id, put_model
 from .ray import ray
 from .setconst import set_const
-from .xla import FAST_COMPILE
+from .xla import FAST_COMPILE, enable_compile_cache
 
 
 def contact_force(m: Model, d: Data):
@@ -58,4 +59,4 @@ def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None,
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
            'forward', 'step', 'set_const', 'ray', 'contact_force', 'model_axes', 'batch_mesh',
-           'shard_batch', 'replicate', 'FAST_COMPILE']
+           'shard_batch', 'replicate', 'FAST_COMPILE', 'enable_compile_cache']

@@ -12,9 +12,18 @@ of 958 MB (the emitters' transient memory); a batch-1 step ran 12% slower (0.90 
 0.80 ms), a batch-1024 step 7% slower (406 against 381 ms). So it suits short runs,
 notebooks, tests and gradient programs, where compiling dominates; long training runs keep the
 default. The main job (``python -m mjx_py``) uses it unless ``--full-opt`` is given.
+
+enable_compile_cache(path=None): JAX's persistent compilation cache in ``path`` (default
+$MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla), so that a program compiled once (the same model,
+batch size, options and JAX version) loads from disk in a later process instead of being
+compiled again. Measured on the humanoid's step (FAST_COMPILE, 2-core CPU): XLA compile 4.35 s
+in the first process, 0.43 s in the second (tracing and lowering, 1.7 s, are not cached). The
+main job enables it with ``--cache``; library users call it themselves.
 """
 
 from __future__ import annotations
+
+import os
 
 import jax
 
@@ -27,4 +36,21 @@ def compile_options(fast: bool = True) -> dict | None:
   return dict(FAST_COMPILE) if fast and jax.default_backend() == 'cpu' else None
 
 
-__all__ = ['FAST_COMPILE', 'compile_options']
+def default_cache_dir() -> str:
+  """$MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla."""
+  return os.environ.get('MJX_PY_CACHE_DIR') or os.path.join(
+      os.path.expanduser('~'), '.cache', 'mjx_py', 'xla')
+
+
+def enable_compile_cache(path: str | None = None, min_compile_secs: float = 1.0) -> str:
+  """Turns on JAX's persistent compilation cache in ``path`` (created if missing; default
+  ``default_cache_dir()``) for programs whose compile takes at least ``min_compile_secs``.
+  Call it before the first compile of the process. Returns the directory."""
+  path = os.path.abspath(path or default_cache_dir())
+  os.makedirs(path, exist_ok=True)
+  jax.config.update('jax_compilation_cache_dir', path)
+  jax.config.update('jax_persistent_cache_min_compile_time_secs', float(min_compile_secs))
+  return path
+
+
+__all__ = ['FAST_COMPILE', 'compile_options', 'default_cache_dir', 'enable_compile_cache']

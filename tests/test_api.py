@@ -179,6 +179,23 @@ def test_main_job_prints_summary(capsys):
   assert all(float(x.replace(',', '')) > 0 for x in row[1:])
 
 
+def test_main_job_compile_cache(tmp_path):
+  """--cache: the first run compiles and stores the batched step in the persistent cache
+  ($MJX_PY_CACHE_DIR), the second loads it from there (separate processes, as users run it)."""
+  import subprocess
+  import sys
+  hopper = os.path.join(ROOT, 'models', 'hopper.xml')
+  env = dict(os.environ, MJX_PY_CACHE_DIR=str(tmp_path / 'xla'))
+  cmd = [sys.executable, '-m', 'mjx_py', hopper, '--repeat', '1', '--batch', '2', '--nstep', '5',
+         '--no-progress', '--cache']
+  first = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+  assert f"persistent compilation cache: {tmp_path / 'xla'} (compiled, then stored)" in first
+  assert os.listdir(tmp_path / 'xla')
+  second = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+  assert '(loaded from the cache)' in second
+  assert 'env-steps/s' in second
+
+
 def test_internal_entities_are_not_expanded():
   xml = ('<?xml version="1.0"?><!DOCTYPE mujoco [<!ENTITY r "0.1">]>'
          '<mujoco><worldbody><geom size="&r;"/></worldbody></mujoco>')
