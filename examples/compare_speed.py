@@ -117,6 +117,9 @@ def main():
                       help="compile mjx_py's rollout with mjx_py.FAST_COMPILE")
   parser.add_argument('--repeat', type=int, default=3,
                       help='timed runs of each engine per batch size (the fastest is reported)')
+  parser.add_argument('--nconmax', type=int, default=None,
+                      help="mjx_py's contact capacity (put_model nconmax; default: its "
+                           'per-geom budget); MuJoCo C and MJX size their contacts their own way')
   args = parser.parse_args()
   with open(args.model) as f:
     xml = f.read()
@@ -130,7 +133,8 @@ def main():
   for batch in args.batch:
     c, sps = testspeed.time_rollout(
         xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-        compiler_options=compile_options(args.fast_compile), repeat=args.repeat)
+        compiler_options=compile_options(args.fast_compile), repeat=args.repeat,
+        nconmax=args.nconmax)
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
     c1 = _time_mujoco(xml, batch, args.nstep, 1, args.repeat)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu, args.repeat)

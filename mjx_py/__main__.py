@@ -51,6 +51,12 @@ def main(argv=None) -> int:
                       help='use the persistent compilation cache (mjx_py.enable_compile_cache; '
                            'its directory: $MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla): a later '
                            'run of the same model and batch loads the compiled program')
+  parser.add_argument('--nconmax', type=int, default=None,
+                      help="contact capacity of mjx_py's Model (put_model's nconmax; default: "
+                           'the per-geom budget, e.g. 54 for the humanoid): the cost of the '
+                           'contact and constraint stages grows with it; contacts beyond it '
+                           'are dropped (the shallowest first) and counted as warnings. The '
+                           'pairs tested (npairmax) stay at least the default\'s')
   parser.add_argument('--full-opt', action='store_true',
                       help="compile with XLA's default CPU emitters (slower to compile, more "
                            'memory, a few percent faster to run) instead of mjx_py.FAST_COMPILE')
@@ -68,12 +74,17 @@ def main(argv=None) -> int:
     return 1
   t0 = time.perf_counter()
   m = put_model(arrays)
+  if args.nconmax is not None:   # the pairs tested stay the default's (testspeed)
+    m = put_model(arrays, nconmax=args.nconmax, npairmax=max(args.nconmax, m.npairmax))
   t_put = time.perf_counter() - t0
   print(f'model: {args.model}')
   sizes = ('nq nv nu na nbody njnt ngeom nsite ncam nlight nmocap ntendon nwrap neq npair '
            'nexclude nsensor nsensordata nkey').split()
   print('sizes: ' + ', '.join(f'{k}={getattr(m, k)}' for k in sizes))
   print(f'total mass: {float(m.body_mass.sum()):.4g} kg, timestep: {float(m.opt.timestep):g} s')
+  print(f'capacity: nconmax={m.nconmax} contacts, npairmax={m.npairmax} pairs per geom type '
+        f'pair, nefc_max={m.nefc_max} constraint rows'
+        + ('' if args.nconmax is None else ' (--nconmax)'))
   print(f'compile (MJCF -> arrays): best {min(times) * 1e3:.1f} ms of {len(times)}, '
         f'first {times[0] * 1e3:.1f} ms; put_model: {t_put * 1e3:.1f} ms')
   if args.nstep > 0 and args.batch > 0:
@@ -84,7 +95,7 @@ def main(argv=None) -> int:
       xml = disable_constraints(xml)
     simulate(xml, args.batch, args.nstep, os.path.dirname(args.model), args.smooth,
              progress=not args.no_progress, fast_compile=not args.full_opt,
-             cache=args.cache)
+             cache=args.cache, nconmax=args.nconmax)
     if args.compare:
       return _compare(args)
   return 0
@@ -99,12 +110,14 @@ def _progress(done: int, total: int, steps_per_s: float) -> None:
 
 
 def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
-             progress: bool = True, fast_compile: bool = True, cache: bool = False) -> float:
+             progress: bool = True, fast_compile: bool = True, cache: bool = False,
+             nconmax: int | None = None) -> float:
   """Compiles the batched step and runs ``batch`` worlds for about ``nstep`` steps (whole
   chunks of a jitted lax.scan, so that the bar can move), printing the compile time,
   env-steps/s and peak memory. Returns env-steps/s. ``fast_compile``: compile with
   mjx_py.FAST_COMPILE (else XLA's defaults); ``cache``: with JAX's persistent compilation
-  cache (mjx_py.enable_compile_cache), whose hits and misses are printed."""
+  cache (mjx_py.enable_compile_cache), whose hits and misses are printed; ``nconmax``: the
+  contact capacity (None: put_model's default)."""
   import jax
 
   from . import testspeed
@@ -117,7 +130,8 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
         lambda name, **kw: events.append(name) if name.startswith(CACHE_EVENTS) else None)
   chunk = max(1, nstep // 20)
   nchunk = -(-nstep // chunk)
-  m, d, ctrl = testspeed.model_and_controls(xml, (nchunk, chunk, batch), base_dir=base_dir)
+  m, d, ctrl = testspeed.model_and_controls(xml, (nchunk, chunk, batch), base_dir=base_dir,
+                                            nconmax=nconmax)
   d = testspeed.broadcast_batch(d, batch)
   print('simulating ' + ('without constraints' if smooth else 'with contacts and constraints')
         + f' on {testspeed.device_name()}: {batch} worlds x {nchunk * chunk} steps')
@@ -166,6 +180,8 @@ def _compare(args) -> int:
   cmd = [sys.executable, COMPARE_SCRIPT, args.model, '--batch', str(args.batch), '--nstep',
          str(args.nstep), '--mjx-nstep', str(args.mjx_nstep), '--mjx-timeout',
          str(args.mjx_timeout)]
+  if args.nconmax is not None:
+    cmd += ['--nconmax', str(args.nconmax)]
   cmd += (['--no-mjx'] * args.no_mjx + ['--smooth'] * args.smooth
           + ['--fast-compile'] * (not args.full_opt))
   print('side by side (examples/compare_speed.py, the fastest of 3 runs each) ...', flush=True)

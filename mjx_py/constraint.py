@@ -328,8 +328,8 @@ def _contact_jac(m, d, pos, frame, b1, b2):
   Every term is a 3-term dot of a per-contact vector with a per-dof vector: one fused
   elementwise pass over (n, 6, nv), with no per-side (n, 3, nv) Jacobians and no small
   batched matrix products."""
-  s1 = (m.body_dofmask[b1] > 0).astype(pos.dtype)                   # (n, nv)
-  s2 = (m.body_dofmask[b2] > 0).astype(pos.dtype)
+  s1 = support.dof_moves(m, b1).astype(pos.dtype)                   # (n, nv)
+  s2 = support.dof_moves(m, b2).astype(pos.dtype)
   ang, lin = d.cdof[:, :3], d.cdof[:, 3:]                           # (nv, 3)
   off1 = pos - d.subtree_com[m.body_rootid[b1]]                     # (n, 3)
   off2 = pos - d.subtree_com[m.body_rootid[b2]]
@@ -461,7 +461,7 @@ def _equality(m, d) -> Rows:
   in_block = jnp.arange(nb)[None, :] < size[:, None]                      # (neq, nb)
   if _sparse(m) and (EQ_CONNECT in types or EQ_WELD in types):
     # sparse mode: a connect / weld is empty when no dof moves either body
-    moved = jnp.any((m.body_dofmask[b1] > 0) | (m.body_dofmask[b2] > 0), axis=1)
+    moved = jnp.any(support.dof_moves(m, b1) | support.dof_moves(m, b2), axis=1)
     nonempty = jnp.where((m.eq_type == EQ_CONNECT) | (m.eq_type == EQ_WELD), moved,
                          jnp.any(jac != 0, axis=(1, 2)))
   else:
@@ -607,7 +607,7 @@ def _contact(m, d):
   active = used & (c.exclude == 0)
   no_dofs = jnp.zeros((nc,), bool)
   if _sparse(m):
-    moved = jnp.any((m.body_dofmask[b1] > 0) | (m.body_dofmask[b2] > 0), axis=1)
+    moved = jnp.any(support.dof_moves(m, b1) | support.dof_moves(m, b2), axis=1)
     no_dofs = active & ~moved
     active = active & moved
   row_active = active[:, None] & (r[None, :] < nrow[:, None])

@@ -24,9 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
-import jax.numpy as jnp
-
 from . import (
   actuation,
   check,
@@ -76,10 +73,9 @@ def fwd_acceleration(m, d):
   """
   qfrc = d.qfrc_passive - d.qfrc_bias + d.qfrc_applied + d.qfrc_actuator
   if m.nbody > 1 and m.nv:
-    # Cartesian forces act at each body's centre of mass, in the world frame
-    xfrc = jax.vmap(lambda f, p, b: support.apply_ft(m, d, f[:3], f[3:], p, b))(
-        d.xfrc_applied[1:], d.xipos[1:], jnp.arange(1, m.nbody))
-    qfrc = qfrc + jnp.sum(xfrc, axis=0)
+    # Cartesian forces act at each body's centre of mass, in the world frame (the world
+    # body's row moves no dof)
+    qfrc = qfrc + support.xfrc_accumulate(m, d)
   qacc = inertia.solve_m(m, d, qfrc) if m.nv else qfrc
   return dataclasses.replace(d, qfrc_smooth=qfrc, qacc_smooth=qacc)
 

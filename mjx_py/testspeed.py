@@ -52,12 +52,19 @@ def _prepare_xml(path: str, smooth: bool) -> str:
   return disable_constraints(xml) if smooth else xml
 
 
-def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = ''):
+def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = '',
+                       nconmax: int | None = None):
   """The compiled Model, its zero Data and random controls of shape ``shape + (nu,)``: uniform
-  in the control range where limited, standard normal elsewhere."""
+  in the control range where limited, standard normal elsewhere. ``nconmax``: the contact
+  capacity (None: put_model's default budget); the pair capacity npairmax stays at least the
+  default's, so that a smaller contact buffer drops no pair that could touch (put_model's own
+  npairmax default follows nconmax)."""
   import mjx_py
   from mjx_py import mjcf
-  m = mjx_py.put_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')))
+  arrays = mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml'))
+  m = mjx_py.put_model(arrays)
+  if nconmax is not None:
+    m = mjx_py.put_model(arrays, nconmax=nconmax, npairmax=max(nconmax, m.npairmax))
   d0 = mjx_py.make_data(m)
   lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
   limited = np.asarray(m.actuator_ctrllimited) > 0
@@ -96,11 +103,13 @@ def best_time(fn, repeat: int = 1) -> float:
 
 
 def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = '',
-                 compiler_options: dict | None = None, repeat: int = 1):
+                 compiler_options: dict | None = None, repeat: int = 1,
+                 nconmax: int | None = None):
   """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps
-  (``compiler_options``: XLA options of the compile, e.g. mjx_py.FAST_COMPILE); the steps/s
-  of the fastest of ``repeat`` runs after a warm-up run."""
-  m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir)
+  (``compiler_options``: XLA options of the compile, e.g. mjx_py.FAST_COMPILE; ``nconmax``:
+  the contact capacity, None for the default); the steps/s of the fastest of ``repeat`` runs
+  after a warm-up run."""
+  m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir, nconmax)
   dbatch = broadcast_batch(d0, batch)
   t0 = time.perf_counter()
   fn = jax.jit(batched_rollout(m)).lower(dbatch, ctrl).compile(
@@ -160,6 +169,8 @@ def main(argv=None) -> int:
                       help='compile with mjx_py.FAST_COMPILE (XLA:CPU classic emitters)')
   parser.add_argument('--repeat', type=int, default=3,
                       help='timed runs per batch size (the fastest is reported)')
+  parser.add_argument('--nconmax', type=int, default=None,
+                      help='contact capacity (put_model nconmax; default: the per-geom budget)')
   args = parser.parse_args(argv)
   xml = _prepare_xml(args.model, args.smooth)
   from .xla import compile_options
@@ -170,7 +181,7 @@ def main(argv=None) -> int:
   print(f"{'batch':>6} {'ours steps/s':>14} {'compile s':>10}")
   for batch in args.batch:
     c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-                          compiler_options=opts, repeat=args.repeat)
+                          compiler_options=opts, repeat=args.repeat, nconmax=args.nconmax)
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
   if args.grad:
     cs, cg, tf, tg = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model),

@@ -128,7 +128,7 @@ def _site(m, d, site, ref, gear):
   # common ancestral chain) are cleared from the Jacobian differences, as MuJoCo does
   rrot = d.site_xmat[ref].reshape(3, 3)
   jacp_ref, jacr_ref = support.jac(m, d, d.site_xpos[ref], rbody)
-  common = (m.body_dofmask[body] > 0) & (m.body_dofmask[rbody] > 0)
+  common = support.dof_moves(m, body) & support.dof_moves(m, rbody)
   dpos = jnp.where(common, 0.0, jacp - jacp_ref)
   drot = jnp.where(common, 0.0, jacr - jacr_ref)
   vec = rrot.T @ (d.site_xpos[site] - d.site_xpos[ref])

@@ -61,6 +61,13 @@ def tree_indices(arrays: dict) -> dict:
       chain.add(i)
       i = parent[i]
     dofmask[b] = [int(x in chain) for x in dof_body]
+  # support.dof_moves reads each column as the contiguous body range that starts at the dof's
+  # body (bodies numbered depth first, every subtree after its root)
+  for v in range(nv):
+    rows = np.nonzero(dofmask[:, v])[0]
+    if rows[0] != dof_body[v] or rows[-1] - rows[0] + 1 != len(rows):
+      raise AssertionError(f'dof {v}: the bodies it moves are not numbered as a contiguous '
+                           'subtree')
   return {'body_levels': levels, 'body_jnts': jnts, 'dof_ancestor': ancestor,
           'body_dofmask': dofmask}
 

@@ -179,6 +179,30 @@ def test_main_job_prints_summary(capsys):
   assert all(float(x.replace(',', '')) > 0 for x in row[1:])
 
 
+def test_main_job_contact_capacity(capsys):
+  """--nconmax sets the contact capacity of the main job's Model (and of testspeed's); the
+  pairs tested per geom type pair stay the default's, so that a smaller contact buffer drops
+  no pair that could touch."""
+  from mjx_py import testspeed
+  from mjx_py.__main__ import main
+  hopper = os.path.join(ROOT, 'models', 'hopper.xml')
+  default = mjx_py.from_xml_path(hopper)
+  assert default.nconmax == default.npairmax > 4
+  assert main([hopper, '--repeat', '1', '--nstep', '0']) == 0
+  assert (f'capacity: nconmax={default.nconmax} contacts, npairmax={default.npairmax} pairs '
+          f'per geom type pair, nefc_max={default.nefc_max} constraint rows\n'
+          in capsys.readouterr().out)
+  assert main([hopper, '--repeat', '1', '--nstep', '0', '--nconmax', '4']) == 0
+  out = capsys.readouterr().out
+  assert f'capacity: nconmax=4 contacts, npairmax={default.npairmax} pairs' in out
+  assert '(--nconmax)' in out
+  with open(hopper) as f:
+    m, _, _ = testspeed.model_and_controls(f.read(), (1, 1), base_dir=os.path.dirname(hopper),
+                                           nconmax=4)
+  assert m.nconmax == 4 and m.npairmax == default.npairmax
+  assert m.nefc_max < default.nefc_max
+
+
 def test_main_job_compile_cache(tmp_path):
   """--cache: the first run compiles and stores the batched step in the persistent cache
   ($MJX_PY_CACHE_DIR), the second loads it from there (separate processes, as users run it)."""
