@@ -137,7 +137,9 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
         + f' on {testspeed.device_name()}: {batch} worlds x {nchunk * chunk} steps')
   t0 = time.perf_counter()
   options = compile_options(fast_compile)
-  fn = jax.jit(testspeed.batched_rollout(m)).lower(d, ctrl[0]).compile(compiler_options=options)
+  peak = jax.numpy.zeros((2,), jax.numpy.int32)
+  fn = jax.jit(testspeed.batched_rollout(m, peaks=True)).lower(d, ctrl[0], peak).compile(
+      compiler_options=options)
   jit_s = time.perf_counter() - t0
   print(f'jit compile of the batched step: {jit_s:.2f} s'
         + (' (mjx_py.FAST_COMPILE)' if options else " (XLA's default options)"))
@@ -149,10 +151,10 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
     else:
       what = 'compiled, not stored: the cache keeps programs that take 1 s or more to compile'
     print(f'persistent compilation cache: {cache_dir} ({what})')
-  jax.block_until_ready(fn(d, ctrl[0]))        # warm-up (first-run allocations)
+  jax.block_until_ready(fn(d, ctrl[0], peak))  # warm-up (first-run allocations)
   t0 = time.perf_counter()
   for i in range(nchunk):
-    d = jax.block_until_ready(fn(d, ctrl[i]))
+    d, peak = jax.block_until_ready(fn(d, ctrl[i], peak))
     if progress:
       _progress((i + 1) * chunk, nchunk * chunk,
                 batch * (i + 1) * chunk / (time.perf_counter() - t0))
@@ -163,6 +165,10 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   bad = int(jax.numpy.sum(d.warning_counts))
   print(f'simulate: {sps:,.0f} env-steps/s ({run_s:.2f} s for {batch * nchunk * chunk:,} '
         f'env-steps); warnings raised: {bad}')
+  ncon, nefc = (int(x) for x in peak)
+  print(f'capacity used: at most {ncon} of nconmax={m.nconmax} contacts and {nefc} of '
+        f'nefc_max={m.nefc_max} constraint rows in any world and step (the stages after '
+        'collision cost in proportion to the capacities: --nconmax, README Benchmarks)')
   device = testspeed.peak_device_mb()
   print(f'peak memory: {testspeed.peak_rss_mb():,.0f} MB resident'
         + (f', {device:,.0f} MB on the device' if device is not None else ''))

@@ -74,17 +74,29 @@ def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = ''
   return m, d0, jnp.asarray(ctrl, dtype=d0.qpos.dtype)
 
 
-def batched_rollout(m):
+def batched_rollout(m, peaks: bool = False):
   """rollout(d, ctrls) -> d: ``len(ctrls)`` steps of ``jax.vmap(step)`` over the batched Data
-  ``d`` (leading axis: worlds), ctrls (nstep, batch, nu) set before each step (lax.scan)."""
+  ``d`` (leading axis: worlds), ctrls (nstep, batch, nu) set before each step (lax.scan).
+
+  peaks: rollout(d, ctrls, peak) -> (d, peak) instead, peak (2,) int32 the most contacts (ncon)
+  and constraint rows (nefc) any world had after a step's forward pass, folded into the
+  ``peak`` passed in (start from zeros), so that a run can tell how much of the capacities
+  (nconmax, nefc_max) it used."""
   from mjx_py.forward import step
 
+  def one(d, c):
+    return jax.vmap(lambda d, c: step(m, d.__class__(**{**vars(d), 'ctrl': c})))(d, c)
+
   def rollout(d, ctrls):
-    def body(d, c):
-      d = jax.vmap(lambda d, c: step(m, d.__class__(**{**vars(d), 'ctrl': c})))(d, c)
-      return d, None
-    return jax.lax.scan(body, d, ctrls)[0]
-  return rollout
+    return jax.lax.scan(lambda d, c: (one(d, c), None), d, ctrls)[0]
+
+  def rollout_peaks(d, ctrls, peak):
+    def body(carry, c):
+      d, peak = carry
+      d = one(d, c)
+      return (d, jnp.maximum(peak, jnp.stack([jnp.max(d.ncon), jnp.max(d.nefc)]))), None
+    return jax.lax.scan(body, (d, peak), ctrls)[0]
+  return rollout_peaks if peaks else rollout
 
 
 def broadcast_batch(d, batch: int):

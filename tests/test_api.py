@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -170,6 +171,9 @@ def test_main_job_prints_summary(capsys):
   assert 'nq=' in out and 'jit compile' in out and 'env-steps/s' in out
   assert '(mjx_py.FAST_COMPILE)' in out                       # the main job's default on CPU
   assert 'peak memory' in out and 'warnings raised: 0' in out
+  m = mjx_py.from_xml_path(cartpole)
+  assert re.search(rf'capacity used: at most \d+ of nconmax={m.nconmax} contacts and \d+ of '
+                   rf'nefc_max={m.nefc_max} constraint rows', out)
   assert '[' + '#' * 30 + '] 5/5 steps' in captured.err      # the progress bar reached the end
   # the side-by-side table of examples/compare_speed.py: batch, ours, compile s, MuJoCo C on 1
   # thread and on all cores
@@ -201,6 +205,28 @@ def test_main_job_contact_capacity(capsys):
                                            nconmax=4)
   assert m.nconmax == 4 and m.npairmax == default.npairmax
   assert m.nefc_max < default.nefc_max
+
+
+def test_rollout_peaks_are_the_largest_counts():
+  """testspeed.batched_rollout(m, peaks=True) (the main job's rollout): the peak it carries is
+  the largest ncon / nefc of any world after any step, folded into the peak passed in."""
+  from mjx_py import testspeed
+  hopper = os.path.join(ROOT, 'models', 'hopper.xml')
+  with open(hopper) as f:
+    m, d0, ctrl = testspeed.model_and_controls(f.read(), (6, 1, 3),
+                                               base_dir=os.path.dirname(hopper))
+  d = testspeed.broadcast_batch(d0, 3)
+  d = d.__class__(**{**vars(d), 'qpos': d.qpos.at[:, 1].add(jnp.asarray([-0.3, 0.0, 0.2]))})
+  fn = jax.jit(testspeed.batched_rollout(m, peaks=True))
+  peak = jnp.zeros((2,), jnp.int32)
+  seen = []
+  for c in ctrl:             # one step per call: every step's counts are visible
+    d, peak = fn(d, c, peak)
+    seen.append((int(jnp.max(d.ncon)), int(jnp.max(d.nefc))))
+  assert tuple(int(x) for x in peak) == tuple(max(x) for x in zip(*seen))
+  assert max(n for n, _ in seen) > 0                       # the hopper touches the floor
+  _, again = fn(d, ctrl[0], jnp.asarray([99, 0], jnp.int32))
+  assert int(again[0]) == 99                               # folded into the peak passed in
 
 
 def test_main_job_compile_cache(tmp_path):
