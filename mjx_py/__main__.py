@@ -62,7 +62,8 @@ def main(argv=None) -> int:
                            'memory, a few percent faster to run) instead of mjx_py.FAST_COMPILE')
   args = parser.parse_args(argv)
 
-  from . import MJCFError, mjcf, put_model
+  from . import MJCFError, mjcf
+  from .testspeed import capacity_model
   try:
     times = []
     for _ in range(max(1, args.repeat)):
@@ -73,9 +74,7 @@ def main(argv=None) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 1
   t0 = time.perf_counter()
-  m = put_model(arrays)
-  if args.nconmax is not None:   # the pairs tested stay the default's (testspeed)
-    m = put_model(arrays, nconmax=args.nconmax, npairmax=max(args.nconmax, m.npairmax))
+  m = capacity_model(arrays, args.nconmax)
   t_put = time.perf_counter() - t0
   print(f'model: {args.model}')
   sizes = ('nq nv nu na nbody njnt ngeom nsite ncam nlight nmocap ntendon nwrap neq npair '

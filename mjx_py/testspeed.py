@@ -52,19 +52,26 @@ def _prepare_xml(path: str, smooth: bool) -> str:
   return disable_constraints(xml) if smooth else xml
 
 
+def capacity_model(arrays: dict, nconmax: int | None = None):
+  """put_model(arrays) with the contact capacity ``nconmax`` (None: put_model's default
+  budget); the pair capacity npairmax stays at least the default's, so that a smaller contact
+  buffer drops no pair that could touch (put_model's own npairmax default follows nconmax)."""
+  import mjx_py
+  m = mjx_py.put_model(arrays)
+  if nconmax is None:
+    return m
+  return mjx_py.put_model(arrays, nconmax=nconmax, npairmax=max(nconmax, m.npairmax))
+
+
 def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = '',
                        nconmax: int | None = None):
-  """The compiled Model, its zero Data and random controls of shape ``shape + (nu,)``: uniform
-  in the control range where limited, standard normal elsewhere. ``nconmax``: the contact
-  capacity (None: put_model's default budget); the pair capacity npairmax stays at least the
-  default's, so that a smaller contact buffer drops no pair that could touch (put_model's own
-  npairmax default follows nconmax)."""
+  """The compiled Model (contact capacity ``nconmax``, see capacity_model), its zero Data and
+  random controls of shape ``shape + (nu,)``: uniform in the control range where limited,
+  standard normal elsewhere."""
   import mjx_py
   from mjx_py import mjcf
-  arrays = mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml'))
-  m = mjx_py.put_model(arrays)
-  if nconmax is not None:
-    m = mjx_py.put_model(arrays, nconmax=nconmax, npairmax=max(nconmax, m.npairmax))
+  m = capacity_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')),
+                     nconmax)
   d0 = mjx_py.make_data(m)
   lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
   limited = np.asarray(m.actuator_ctrllimited) > 0
