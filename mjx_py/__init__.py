@@ -9,6 +9,7 @@ Public API (MuJoCo's names)::
   dist, geomid = mjx_py.ray(m, d, pnt, vec)          # mj_ray (vmap over rays)
   f = mjx_py.contact_force(m, d)                     # mj_contactForce of every contact
   axes = mjx_py.model_axes(m, ['body_mass'])         # vmap in_axes for per-world fields
+  m = mjx_py.set_const(m, from_geoms=True)           # mj_setConst (+ masses from edited geoms)
   d = mjx_py.shard_batch(d)                          # a batch of worlds across devices
   jax.jit(f, compiler_options=mjx_py.FAST_COMPILE)   # CPU: faster compile, less memory
   mjx_py.enable_compile_cache()                      # reuse compiled programs across runs
@@ -21,6 +22,7 @@ from .batch import batch_mesh, model_axes, replicate, shard_batch
 from .data import Data, make_data, reset_data
 from .errors import MJCFError, NotSupportedError
 from .forward import forward, step
+from .massprops import inertia_from_geoms
 from .model import Model, Option, Statistic, name2id, put_model
 from .ray import ray
 from .setconst import set_const
@@ -58,5 +60,6 @@ def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None,
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
-           'forward', 'step', 'set_const', 'ray', 'contact_force', 'model_axes', 'batch_mesh',
-           'shard_batch', 'replicate', 'FAST_COMPILE', 'enable_compile_cache']
+           'forward', 'step', 'set_const', 'inertia_from_geoms', 'ray', 'contact_force',
+           'model_axes', 'batch_mesh', 'shard_batch', 'replicate', 'FAST_COMPILE',
+           'enable_compile_cache']

@@ -129,6 +129,11 @@ body_mass                f nbody                  mass
 body_ipos                f nbodyx3                local position of center of mass
 body_iquat               f nbodyx4                local orientation of inertia ellipsoid
 body_inertia             f nbodyx3                diagonal inertia in ipos/iquat frame
+body_inertiafromgeom     i nbody                  engine-only: 1: mass frame inferred from geoms
+geom_inertiamode         i ngeom                  engine-only: in body inertia: 0 no, 1, 2 shell
+geom_density             f ngeom                  engine-only: material density (MJCF density)
+geom_mass                f ngeom                  engine-only: MJCF mass; -1: density x volume
+geom_meshinertia         f ngeomx4                engine-only: mesh volume, unit diag inertia (3)
 body_rootid              i nbody                  id of root above body
 body_weldid              i nbody                  id of body that this body is welded to
 body_treeid              i nbody                  id of body's kinematic tree; -1: static
@@ -304,6 +309,9 @@ TYPE_SETS = ('jnt_types', 'trn_types', 'dyn_types', 'gain_types', 'bias_types', 
              'geom_types', 'eq_types', 'sensor_types', 'cam_modes', 'light_modes',
              'trn_refsite', 'has_tendon_armature')
 
+# inertia_opts (static): the compiler options mjx_py.massprops applies when it infers body
+#   masses and inertias from geoms again: (boundmass, boundinertia, balanceinertia (0/1),
+#   settotalmass) of <compiler>.
 # Option: (name, static?) -- discrete settings are static, real-valued ones are traced leaves.
 OPTION_FIELDS = (
     ('timestep', False), ('apirate', False), ('impratio', False), ('tolerance', False),
@@ -369,7 +377,8 @@ geom1 * ngeom + geom2 (geom1 < geom2) of the explicit pairs.
 
 Model = _frozen_pytree(
     'Model', [f[0] for f in FIELDS] + list(ENGINE_FIELDS) + ['opt', 'stat'],
-    list(SIZES) + list(COUNT_SIZES) + list(COLLISION_META) + list(TYPE_SETS) + ['names'],
+    list(SIZES) + list(COUNT_SIZES) + list(COLLISION_META) + list(TYPE_SETS)
+    + ['inertia_opts', 'names'],
     __doc__)
 Model.__doc__ = __doc__
 
@@ -422,6 +431,7 @@ def put_model(arrays: dict, nconmax: int | None = None, broadphase: str = 'auto'
     opt[name] = int(v) if static else _leaf(v, 'f')
   kwargs['opt'] = Option(**opt)
   kwargs['stat'] = Statistic(**{n: _leaf(arrays[f'stat_{n}'], 'f') for n in STAT_FIELDS})
+  kwargs['inertia_opts'] = tuple(arrays['inertia_opts'])
   kwargs['names'] = tuple(sorted((k, tuple(v)) for k, v in arrays['names'].items()))
   kwargs.update(constraint_counts(arrays, tables, kwargs['nconmax'], njmax))
   kwargs.update(type_sets(arrays))

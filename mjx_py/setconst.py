@@ -54,9 +54,10 @@ qpos_spring for springlength -1, the camera/light offsets cam_pos0/cam_poscom0/c
 light_pos0/light_poscom0/light_dir0 (the *poscom0 ones depend on subtree coms, hence on masses,
 in mj_setConst), the bounds of mesh and height-field geoms (from their assets),
 body_simple/body_sameframe (derived from the geometry by the compiler), and the body masses and
-inertias themselves: MuJoCo infers them from geoms only when compiling, so a randomized geom
-size or density must come with its body_mass / body_inertia (mj_setConst does not touch them
-either).
+inertias themselves: MuJoCo infers them from geoms only when compiling, and mj_setConst does not
+touch them. ``set_const(m, from_geoms=True)`` infers them again first, from the edited geom
+sizes, densities and masses (mjx_py.massprops.inertia_from_geoms), for the bodies whose mass
+frame the compiler took from their geoms.
 
 Pure JAX for one world: jittable, vmappable over any Model fields and differentiable (the
 norms and divisions are NaN-safe). Sizes and the static type sets of the Model fix the traced
@@ -70,7 +71,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from . import inertia, kinematics, math, support, tendon, transmission, tree
+from . import inertia, kinematics, massprops, math, support, tendon, transmission, tree
 from .data import make_data
 from .errors import NotSupportedError
 
@@ -185,9 +186,16 @@ def _statistics(m, d, qm):
                              meansize=meansize, extent=extent, center=center)
 
 
-def set_const(m):
+def set_const(m, from_geoms: bool = False):
   """Recomputes the qpos0-dependent constants of ``m`` (MuJoCo's mj_setConst); see the module
-  docstring for the fields read and written. Returns a new Model."""
+  docstring for the fields read and written. Returns a new Model.
+
+  from_geoms (static): first infer the masses and inertias of the bodies whose mass frame the
+  compiler took from their geoms, from the current geom sizes, densities and masses
+  (mjx_py.massprops.inertia_from_geoms), as recompiling the edited XML would; mj_setConst
+  itself never touches them."""
+  if from_geoms:
+    m = massprops.inertia_from_geoms(m)
   if m.ngeom:
     rbound, aabb = _primitive_bounds(m)
     m = dataclasses.replace(m, geom_rbound=rbound, geom_aabb=aabb)

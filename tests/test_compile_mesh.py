@@ -2,7 +2,7 @@
 
 Every model is compiled by mjx_py and by ``mujoco.MjModel``; every field mjx_py emits is compared
 by name (float64, 1e-8 relative; float32 fields such as mesh_vert and hfield_data must agree as
-float32), except the engine-only hull tables (mesh_hullvert, mesh_hullvertnum, mesh_hullnbr)
+float32), except the engine-only keys (mjx_py.mjcf.ENGINE_ONLY: hull tables, inertia inputs)
 and, for meshes whose faces come from the convex hull, mesh_face (qhull's triangulation and
 ordering are its own; mesh_hullnbr is checked against mesh_graph's edges where they are unique).
 Hulls compare as sets: the hull vertices of mjx_py against the vertices listed in MuJoCo's
@@ -40,7 +40,7 @@ from mjx_py.mjcf import hull as hullmod
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESHES = os.path.join(ROOT, 'tests', 'models', 'meshes')
 MODELS = ['tests/models/mesh_assets.xml', 'tests/models/hfield_assets.xml']
-NOT_COMPARED = {'names', 'text_data_list', 'mesh_hullvert', 'mesh_hullvertnum', 'mesh_hullnbr'}
+NOT_COMPARED = mjcf.ENGINE_ONLY
 RTOL = 1e-8
 
 

@@ -889,15 +889,22 @@ def _inertia(ctx: Ctx, bodies, out: dict):
   geoms_by_body: dict[int, list] = {}
   for gi, r in enumerate(ctx.geom_rows):
     geoms_by_body.setdefault(r['body'], []).append(gi)
+  # what mjx_py.massprops needs to infer them again from edited geoms (engine-only fields)
+  ngeom = len(ctx.geom_rows)
+  geom_mode = np.zeros(ngeom, np.int32)
+  from_geoms = np.zeros(nbody, np.int32)
   for b in bodies[1:]:
     frame = None
     if b.inertial is not None:
       frame = _explicit_inertial(ctx, b.inertial)
     if mode == 'true' or (mode == 'auto' and b.inertial is None):
-      parts = [_geom_mass(ctx.geom_rows[gi]) for gi in geoms_by_body.get(b.id, [])
-               if lo <= ctx.geom_rows[gi]['v']['group'] <= hi]
-      if parts:
-        frame = _combine(parts, b)
+      ids = [gi for gi in geoms_by_body.get(b.id, [])
+             if lo <= ctx.geom_rows[gi]['v']['group'] <= hi]
+      if ids:
+        frame = _combine([_geom_mass(ctx.geom_rows[gi]) for gi in ids], b)
+        from_geoms[b.id] = 1
+        for gi in ids:
+          geom_mode[gi] = 2 if ctx.geom_rows[gi]['v']['shellinertia'] == 'true' else 1
     if frame is None:
       frame = (0.0, b.lpos, b.lquat, np.zeros(3))
     mass[b.id], ipos[b.id], iquat[b.id], inertia[b.id] = frame
@@ -929,6 +936,16 @@ def _inertia(ctx: Ctx, bodies, out: dict):
   out['body_ipos'] = ipos
   out['body_iquat'] = iquat
   out['body_inertia'] = inertia
+  out['body_inertiafromgeom'] = from_geoms
+  out['geom_inertiamode'] = geom_mode
+  out['geom_density'] = np.array([r['v']['density'] for r in ctx.geom_rows], float)
+  out['geom_mass'] = np.array([-1.0 if r['v']['mass'] is None else r['v']['mass']
+                               for r in ctx.geom_rows], float)
+  out['geom_meshinertia'] = np.array(
+      [[r['mesh'].volume, *mesh.unit_inertia(r['mesh'])] if r['type'] == 'mesh' else [0.0] * 4
+       for r in ctx.geom_rows], float).reshape(-1, 4)
+  out['inertia_opts'] = (float(c['boundmass']), float(c['boundinertia']),
+                         int(c['balanceinertia'] == 'true'), float(c['settotalmass']))
   # geom-level sameframe / body sameframe are set in _topology
 
 
