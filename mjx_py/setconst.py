@@ -34,6 +34,9 @@ set_const(m) -> Model
                                       bounds of sphere/capsule/ellipsoid/cylinder/box geoms
                                       from geom_size (the compiler's formulas; before the
                                       statistics, which use them)
+         geom_fluid[:, 6:12] (ngeom, 6) virtual mass and inertia of the geoms with the
+                                      ellipsoid fluid model, from geom_size (the compiler's
+                                      quadrature of Lamb's coefficients)
          stat.meaninertia             mean diagonal of M (with tendon armature)   (nv > 0)
          stat.meanmass                mean mass of the bodies other than the world (nbody > 1)
          stat.meansize                mean body size: largest com-joint distance or geom reach
@@ -74,6 +77,7 @@ import jax.numpy as jnp
 from . import inertia, kinematics, massprops, math, support, tendon, transmission, tree
 from .data import make_data
 from .errors import NotSupportedError
+from .mjcf import compile as mjcf_compile
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
 (GEOM_PLANE, GEOM_HFIELD, GEOM_SPHERE, GEOM_CAPSULE, GEOM_ELLIPSOID, GEOM_CYLINDER,
@@ -137,6 +141,48 @@ def _primitive_bounds(m):
   return rbound, aabb
 
 
+def _kappa(dx, dy, dz):
+  """Lamb's added-mass coefficient for axis x of ellipsoids with semi-axes (dx, dy, dz), each
+  (n,): MuJoCo's 15-point quadrature (mjx_py.mjcf.compile._kappa, the compiler's version)."""
+  ix, iy, iz = 1.0 / (dx * dx), 1.0 / (dy * dy), 1.0 / (dz * dz)
+  scale = (dx * dx * dx * dy * dz) ** 0.4
+  kappa = jnp.zeros_like(dx)
+  for w, node, jac in zip(mjcf_compile.KRONROD_W, mjcf_compile.KRONROD_L,
+                          mjcf_compile.KRONROD_D):
+    lam = scale * node
+    denom = (1 + lam * ix) * jnp.sqrt((1 + lam * ix) * (1 + lam * iy) * (1 + lam * iz))
+    kappa = kappa + scale * jac / denom * w
+  return kappa * ix
+
+
+def _fluid_added_mass(m):
+  """geom_fluid with the virtual mass (6:9) and inertia (9:12) of the geoms that use the
+  ellipsoid fluid model (geom_fluid[:, 0] > 0) recomputed from geom_size, by the compiler's
+  rule (the equivalent ellipsoid's semi-axes: sphere r r r, capsule r r r+h, cylinder r r h,
+  else the three sizes)."""
+  t, s = m.geom_type, m.geom_size
+  on = m.geom_fluid[:, 0] > 0
+  r, h = s[:, 0], s[:, 1]
+  semi = jnp.select(
+      [(t == GEOM_SPHERE)[:, None], (t == GEOM_CAPSULE)[:, None], (t == GEOM_CYLINDER)[:, None]],
+      [jnp.stack([r, r, r], 1), jnp.stack([r, r, r + h], 1), jnp.stack([r, r, h], 1)], s)
+  semi = jnp.where(on[:, None], semi, 1.0)     # keeps the unused geoms' quadrature finite
+  a, b, c = semi[:, 0], semi[:, 1], semi[:, 2]
+  kx, ky, kz = _kappa(a, b, c), _kappa(b, c, a), _kappa(c, a, b)
+  vol = 4.0 / 3.0 * jnp.pi * a * b * c
+  eps = 1e-14                                  # mjEPS clip of the denominators
+  mass = jnp.stack([vol * kx / jnp.maximum(eps, 2 - kx), vol * ky / jnp.maximum(eps, 2 - ky),
+                    vol * kz / jnp.maximum(eps, 2 - kz)], 1)
+
+  def fac(p, q, kp, kq):                       # about the axis normal to semi-axes p, q
+    return (p * p - q * q) ** 2 * jnp.abs(kq - kp) / jnp.maximum(
+        eps, jnp.abs(2 * (p * p - q * q) + (p * p + q * q) * (kp - kq)))
+  inertia = jnp.stack([vol * fac(b, c, ky, kz) / 5, vol * fac(c, a, kz, kx) / 5,
+                       vol * fac(a, b, kx, ky) / 5], 1)
+  added = jnp.concatenate([mass, inertia], 1)
+  return m.geom_fluid.at[:, 6:12].set(jnp.where(on[:, None], added, m.geom_fluid[:, 6:12]))
+
+
 def _geom_rbound(m):
   """Bounding radius of each geom for the statistics box: geom_rbound, or for planes 0.1 of
   the largest size (1 when infinite in both directions)."""
@@ -198,7 +244,8 @@ def set_const(m, from_geoms: bool = False):
     m = massprops.inertia_from_geoms(m)
   if m.ngeom:
     rbound, aabb = _primitive_bounds(m)
-    m = dataclasses.replace(m, geom_rbound=rbound, geom_aabb=aabb)
+    m = dataclasses.replace(m, geom_rbound=rbound, geom_aabb=aabb,
+                            geom_fluid=_fluid_added_mass(m))
   d = make_data(m)
   d = kinematics.kinematics(m, d)
   d = inertia.com_pos(m, d)

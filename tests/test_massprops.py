@@ -208,3 +208,25 @@ def test_settotalmass_is_not_supported():
       <body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>""")
   with pytest.raises(mjx_py.NotSupportedError, match='settotalmass'):
     mjx_py.inertia_from_geoms(m)
+
+
+def test_domain_randomization_example():
+  """examples/domain_randomization.py's batch: per-world geom edits, and each world's mass frame
+  equal to inertia_from_geoms on that world's fields."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      'domain_randomization', os.path.join(ROOT, 'examples', 'domain_randomization.py'))
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  m = mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'hopper.xml'))
+  models = example.randomize(m, jax.random.PRNGKey(0), 3)
+  assert models.geom_size.shape == (3,) + m.geom_size.shape
+  assert models.body_iquat.shape == (3,) + m.body_iquat.shape   # a consistent per-world field
+  assert models.body_parentid.shape == m.body_parentid.shape    # unbatched elsewhere
+  for w in range(3):
+    world = dataclasses.replace(m, **{f: getattr(models, f)[w] for f in example.RANDOMIZED})
+    ref = inertia_from_geoms(world)
+    for f in BODY_FIELDS:
+      np.testing.assert_allclose(np.asarray(getattr(models, f)[w]), np.asarray(getattr(ref, f)),
+                                 rtol=RTOL, atol=ATOL, err_msg=f'world {w}: {f}')
+  assert len(set(np.round(np.asarray(jnp.sum(models.body_mass, axis=1)), 9))) == 3

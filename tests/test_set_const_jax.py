@@ -202,3 +202,35 @@ def test_vmap_set_const_equals_compiled_edited_xml():
   # the edits change the constants (the test cannot pass on the base model's values)
   assert not np.allclose(np.asarray(out.actuator_acc0[0]), np.asarray(base.actuator_acc0))
   assert not np.allclose(np.asarray(out.geom_rbound[1]), np.asarray(base.geom_rbound))
+
+
+FLUID = """
+<mujoco>
+  <option density="1.2" viscosity="0.001"/>
+  <default><geom fluidshape="ellipsoid"/></default>
+  <worldbody>
+    <body><freejoint/>
+      <geom type="sphere" size="{r}"/>
+      <geom type="capsule" pos="0.3 0 0" size="{r} {h}"/>
+      <geom type="cylinder" pos="0.6 0 0" size="{h} {r}"/>
+      <geom type="ellipsoid" pos="0 0.3 0" size="{r} {h} 0.07"/>
+      <geom type="box" pos="0 0.6 0" size="{h} 0.05 {r}"/>
+      <geom type="box" pos="0 0.9 0" size="{h} 0.05 {r}" fluidshape="none"/>
+    </body>
+  </worldbody>
+</mujoco>
+"""
+
+
+def test_vmap_fluid_added_mass_equals_mujoco_edited_xml():
+  """set_const recomputes the ellipsoid fluid model's virtual mass and inertia (geom_fluid
+  6:12) from randomized geom sizes as MuJoCo's compiler does for the edited XML."""
+  edits = [dict(r=0.05, h=0.1), dict(r=0.11, h=0.04), dict(r=0.02, h=0.2)]
+  base = mjx_py.from_xml_string(FLUID.format(**edits[0]))
+  sizes = jnp.stack([mjx_py.from_xml_string(FLUID.format(**e)).geom_size for e in edits[1:]])
+  out = jax.jit(jax.vmap(lambda s: set_const(dataclasses.replace(base, geom_size=s))))(sizes)
+  for w, e in enumerate(edits[1:]):
+    mj = mujoco.MjModel.from_xml_string(FLUID.format(**e))
+    np.testing.assert_allclose(np.asarray(out.geom_fluid[w]), mj.geom_fluid.reshape(-1, 12),
+                               rtol=RTOL, atol=ATOL, err_msg=f'world {w}')
+  assert not np.allclose(np.asarray(out.geom_fluid[0, :, 6:]), np.asarray(base.geom_fluid[:, 6:]))

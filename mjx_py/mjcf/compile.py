@@ -654,17 +654,17 @@ def _semiaxes(gtype, s):
 
 
 # 15-point Gauss-Kronrod weights and nodes for MuJoCo's added-mass integral over l in [0, inf),
-# mapped from x in [0, 1] by l = x^3 / (1 - x)^2 (nodes _KRONROD_L, Jacobian dl/dx _KRONROD_D).
+# mapped from x in [0, 1] by l = x^3 / (1 - x)^2 (nodes KRONROD_L, Jacobian dl/dx KRONROD_D).
 # These are MuJoCo's constants (mjCGeom::GetAddedMassKappa); geom_fluid matches only with them.
-_KRONROD_W = (0.01146766, 0.03154605, 0.05239501, 0.07032663, 0.08450236, 0.09517529,
+KRONROD_W = (0.01146766, 0.03154605, 0.05239501, 0.07032663, 0.08450236, 0.09517529,
               0.10221647, 0.10474107, 0.10221647, 0.09517529, 0.08450236, 0.07032663,
               0.05239501, 0.03154605, 0.01146766)
-_KRONROD_L = (7.865151709349917e-08, 1.7347976913907274e-05, 0.0003548008144506193,
+KRONROD_L = (7.865151709349917e-08, 1.7347976913907274e-05, 0.0003548008144506193,
               0.002846636252924549, 0.014094260903596077, 0.053063261727396636,
               0.17041978741317773, 0.5, 1.4036301548686991, 3.9353484827022642,
               11.644841677041734, 39.53187807410903, 177.5711362220801, 1429.4772912937397,
               54087.416549217705)
-_KRONROD_D = (5.538677720489877e-05, 0.002080868285293228, 0.016514126520723166,
+KRONROD_D = (5.538677720489877e-05, 0.002080868285293228, 0.016514126520723166,
               0.07261900344370877, 0.23985243401862602, 0.6868318249020725,
               1.8551129519182894, 5.0, 14.060031152313941, 43.28941239611009,
               156.58546376397112, 747.9826085305024, 5827.4042950027115, 116754.0197944512,
@@ -680,7 +680,7 @@ def _kappa(dx, dy, dz):
   ix, iy, iz = 1.0 / (dx * dx), 1.0 / (dy * dy), 1.0 / (dz * dz)
   scale = (dx * dx * dx * dy * dz) ** 0.4
   kappa = 0.0
-  for w, node, jac in zip(_KRONROD_W, _KRONROD_L, _KRONROD_D):
+  for w, node, jac in zip(KRONROD_W, KRONROD_L, KRONROD_D):
     lam = scale * node
     denom = (1 + lam * ix) * math.sqrt((1 + lam * ix) * (1 + lam * iy) * (1 + lam * iz))
     kappa += scale * jac / denom * w
