@@ -50,8 +50,8 @@ def randomize(m: mjx_py.Model, key, n: int) -> mjx_py.Model:
 CONSISTENT = ['body_mass', 'body_ipos', 'body_iquat', 'body_inertia', 'body_subtreemass',
               'dof_M0', 'body_invweight0', 'dof_invweight0', 'tendon_length0',
               'tendon_invweight0', 'actuator_length0', 'actuator_acc0', 'geom_rbound',
-              'geom_aabb', 'stat.meaninertia', 'stat.meanmass', 'stat.meansize', 'stat.extent',
-              'stat.center']
+              'geom_aabb', 'geom_fluid', 'stat.meaninertia', 'stat.meanmass', 'stat.meansize',
+              'stat.extent', 'stat.center']
 
 
 def rollout(m: mjx_py.Model, axes, nstep: int):
