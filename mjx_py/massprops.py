@@ -55,6 +55,7 @@ from jax import lax
 
 from . import math
 from .errors import NotSupportedError
+from .mjcf import compile_tree
 
 (GEOM_PLANE, GEOM_HFIELD, GEOM_SPHERE, GEOM_CAPSULE, GEOM_ELLIPSOID, GEOM_CYLINDER, GEOM_BOX,
  GEOM_MESH) = range(8)
@@ -64,96 +65,9 @@ MASS_EPS = 1e-14      # mjEPS: a geom with less volume ignores a given mass; the
 EIG3_ITERATIONS = 32  # Jacobi rotations (a 3x3 converges in well under 10; MuJoCo stops at 500)
 
 
-# ---------------------------------------------------------------------------------------------
-# Volume (shell: area) and diagonal inertia per unit mass of one primitive, in its own frame.
-# size: (3,) geom_size; each returns (volume, (3,) inertia).
-
-def _sphere(size, shell):
-  r = size[0]
-  if shell:
-    return 4 * jnp.pi * r * r, jnp.full(3, 2 * r * r / 3)
-  return 4 * jnp.pi * r ** 3 / 3, jnp.full(3, 2 * r * r / 5)
-
-
-def _capsule(size, shell):
-  """A cylinder of length h = 2 size[1] and two hemispheres (solid, or their surfaces)."""
-  r, half = size[0], size[1]
-  h = 2 * half
-  if shell:
-    a_sphere, a_cyl = 4 * jnp.pi * r * r, 2 * jnp.pi * r * h
-    area = a_sphere + a_cyl
-    m_sph = a_sphere / area                    # mass fractions per unit total mass
-    m_cyl = 1.0 - m_sph
-    # hemispherical shells: their own com r/2 from the cap's base, half + r/2 from the centre
-    hs_com = r / 2
-    hs_pos = half + hs_com
-    ixx = (m_cyl * (6 * r * r + h * h) / 12 + 2 * m_sph * r * r / 3
-           + m_sph * (hs_pos * hs_pos - hs_com * hs_com))
-    izz = m_cyl * r * r + 2 * m_sph * r * r / 3
-    return area, jnp.stack([ixx, ixx, izz])
-  vol = jnp.pi * (r * r * h + 4 * r ** 3 / 3)
-  m_sph = 4 * r / (4 * r + 3 * h)              # sphere volume / total volume
-  m_cyl = 1.0 - m_sph
-  ixx = (m_cyl * (3 * r * r + h * h) / 12 + 2 * m_sph * r * r / 5
-         + m_sph * h * (3 * r + 2 * h) / 8)
-  izz = m_cyl * r * r / 2 + 2 * m_sph * r * r / 5
-  return vol, jnp.stack([ixx, ixx, izz])
-
-
-def _cylinder(size, shell):
-  r, half = size[0], size[1]
-  h = 2 * half
-  if shell:
-    a_disk, a_side = jnp.pi * r * r, 2 * jnp.pi * r * h
-    area = 2 * a_disk + a_side
-    m_disk = a_disk / area                     # each cap, per unit total mass
-    m_side = 1.0 - 2 * m_disk
-    ixx = m_side * (6 * r * r + h * h) / 12 + 2 * (m_disk * r * r / 4 + m_disk * half * half)
-    izz = m_side * r * r + 2 * (m_disk * r * r / 2)
-    return area, jnp.stack([ixx, ixx, izz])
-  ixx = (3 * r * r + h * h) / 12
-  return jnp.pi * r * r * h, jnp.stack([ixx, ixx, r * r / 2])
-
-
-def _ellipsoid_solid(a, b, c):
-  return jnp.stack([(b * b + c * c) / 5, (a * a + c * c) / 5, (a * a + b * b) / 5])
-
-
-def _ellipsoid(size, shell):
-  a, b, c = size[0], size[1], size[2]
-  vol = 4 * jnp.pi * a * b * c / 3
-  if not shell:
-    return vol, _ellipsoid_solid(a, b, c)
-  # Thomsen's approximation of the area; the inertia of the ellipsoid grown by eps on every
-  # semi-axis minus the ellipsoid itself, per unit mass of the layer (the compiler's rule)
-  p = 1.6075
-  area = 4 * jnp.pi * (((a * b) ** p + (b * c) ** p + (c * a) ** p) / 3) ** (1 / p)
-  eps = 1e-6
-  vol_b = 4 * jnp.pi * (a + eps) * (b + eps) * (c + eps) / 3
-  density = 1.0 / (vol_b - vol)
-  inertia = (vol_b * density * _ellipsoid_solid(a + eps, b + eps, c + eps)
-             - vol * density * _ellipsoid_solid(a, b, c))
-  return area, inertia
-
-
-def _box(size, shell):
-  a, b, c = size[0], size[1], size[2]
-  if not shell:
-    return 8 * a * b * c, jnp.stack([b * b + c * c, a * a + c * c, a * a + b * b]) / 3
-  lx, ly, lz = 2 * a, 2 * b, 2 * c
-  # face pairs with normal z (area lx ly), x (ly lz), y (lz lx); mass fractions of one face
-  a0, a1, a2 = lx * ly, ly * lz, lz * lx
-  area = 2 * (a0 + a1 + a2)
-  m0, m1, m2 = a0 / area, a1 / area, a2 / area
-  ix = m0 * ly * ly / 12 + m1 * (ly * ly + lz * lz) / 12 + m2 * lz * lz / 12
-  iy = m0 * lx * lx / 12 + m1 * lz * lz / 12 + m2 * (lx * lx + lz * lz) / 12
-  iz = m0 * (lx * lx + ly * ly) / 12 + m1 * ly * ly / 12 + m2 * lx * lx / 12
-  return area, 2 * jnp.stack([m0 * c * c + m2 * b * b + ix, m0 * c * c + m1 * a * a + iy,
-                              m1 * a * a + m2 * b * b + iz])
-
-
-_PRIMITIVES = {GEOM_SPHERE: _sphere, GEOM_CAPSULE: _capsule, GEOM_ELLIPSOID: _ellipsoid,
-               GEOM_CYLINDER: _cylinder, GEOM_BOX: _box, GEOM_HFIELD: _box}
+# The compiler's formulas (mjx_py.mjcf.compile_tree.PRIMITIVE_MASS) with jax.numpy, by type id
+_PRIMITIVES = {GEOM_SPHERE: 'sphere', GEOM_CAPSULE: 'capsule', GEOM_ELLIPSOID: 'ellipsoid',
+               GEOM_CYLINDER: 'cylinder', GEOM_BOX: 'box', GEOM_HFIELD: 'hfield'}
 
 
 def geom_volume_inertia(m):
@@ -170,7 +84,8 @@ def geom_volume_inertia(m):
       # of ones keeps their unused values and derivatives finite
       sz = jnp.where(mine[:, None], size, 1.0)
       for shell in (False, True):
-        v, u = jax.vmap(lambda s, fn=_PRIMITIVES[t], shell=shell: fn(s, shell))(sz)
+        fn = compile_tree.PRIMITIVE_MASS[_PRIMITIVES[t]]
+        v, u = jax.vmap(lambda s, fn=fn, shell=shell: fn(s, shell, jnp))(sz)
         sel = mine & ((mode == 2) == shell)
         vol = jnp.where(sel, v, vol)
         unit = jnp.where(sel[:, None], u, unit)

@@ -8,7 +8,6 @@ composed into the pose of each child (and into joint anchors and axes).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -122,26 +121,28 @@ def geom_volume_inertia(gtype: str, size, shell: bool):
 
   An hfield geom counts as the box of its geom size (MuJoCo's rule).
   """
-  fn = {'sphere': _sphere, 'capsule': _capsule, 'cylinder': _cylinder,
-        'ellipsoid': _ellipsoid, 'box': _box, 'hfield': _box}.get(gtype)
+  fn = PRIMITIVE_MASS.get(gtype)
   if fn is None:  # plane: no mass (meshes: see compile._geom_mass)
     return 0.0, np.zeros(3)
   return fn(size, shell)
 
 
-def _sphere(size, shell):
+# The formulas take the array module ``xp``: numpy here, jax.numpy in mjx_py.massprops, which
+# applies them to edited geom sizes (one copy of MuJoCo's rules for both).
+
+def _sphere(size, shell, xp=np):
   r = size[0]
   if shell:
-    return 4 * math.pi * r * r, np.full(3, 2 * r * r / 3)
-  return 4 * math.pi * r**3 / 3, np.full(3, 2 * r * r / 5)
+    return 4 * xp.pi * r * r, xp.full(3, 2 * r * r / 3)
+  return 4 * xp.pi * r**3 / 3, xp.full(3, 2 * r * r / 5)
 
 
-def _capsule(size, shell):
+def _capsule(size, shell, xp=np):
   """Cylinder of length h = 2 * size[1] plus two hemispheres (solid, or surfaces with shell)."""
   r, half = size[0], size[1]
   h = 2 * half
   if shell:
-    a_sphere, a_cyl = 4 * math.pi * r * r, 2 * math.pi * r * h
+    a_sphere, a_cyl = 4 * xp.pi * r * r, 2 * xp.pi * r * h
     area = a_sphere + a_cyl
     m_sph = a_sphere / area  # per unit total mass
     m_cyl = 1.0 - m_sph
@@ -152,48 +153,71 @@ def _capsule(size, shell):
     hs_pos = half + hs_com
     ixx += 2 * m_sph * r * r / 3 + m_sph * (hs_pos * hs_pos - hs_com * hs_com)
     izz += 2 * m_sph * r * r / 3
-    return area, np.array([ixx, ixx, izz])
-  vol = math.pi * (r * r * h + 4 * r**3 / 3)
+    return area, xp.stack([ixx, ixx, izz])
+  vol = xp.pi * (r * r * h + 4 * r**3 / 3)
   m_sph = 4 * r / (4 * r + 3 * h)  # sphere volume / total volume
   m_cyl = 1.0 - m_sph
   ixx = m_cyl * (3 * r * r + h * h) / 12 + 2 * m_sph * r * r / 5 + m_sph * h * (3 * r + 2 * h) / 8
   izz = m_cyl * r * r / 2 + 2 * m_sph * r * r / 5
-  return vol, np.array([ixx, ixx, izz])
+  return vol, xp.stack([ixx, ixx, izz])
 
 
-def _cylinder(size, shell):
+def _cylinder(size, shell, xp=np):
   r, half = size[0], size[1]
   h = 2 * half
   if shell:
-    a_disk, a_side = math.pi * r * r, 2 * math.pi * r * h
+    a_disk, a_side = xp.pi * r * r, 2 * xp.pi * r * h
     area = 2 * a_disk + a_side
     m_disk = a_disk / area  # per unit total mass, each of the two caps
     m_side = 1.0 - 2 * m_disk
     ixx = m_side * (6 * r * r + h * h) / 12 + 2 * (m_disk * r * r / 4 + m_disk * half * half)
     izz = m_side * r * r + 2 * (m_disk * r * r / 2)
-    return area, np.array([ixx, ixx, izz])
-  return math.pi * r * r * h, np.array([(3 * r * r + h * h) / 12] * 2 + [r * r / 2])
+    return area, xp.stack([ixx, ixx, izz])
+  ixx = (3 * r * r + h * h) / 12
+  return xp.pi * r * r * h, xp.stack([ixx, ixx, r * r / 2])
 
 
-def _ellipsoid_solid(a, b, c):
-  return np.array([(b * b + c * c) / 5, (a * a + c * c) / 5, (a * a + b * b) / 5])
+def _ellipsoid_solid(a, b, c, xp=np):
+  return xp.stack([(b * b + c * c) / 5, (a * a + c * c) / 5, (a * a + b * b) / 5])
 
 
-def _ellipsoid(size, shell):
-  a, b, c = size[:3]
+def _ellipsoid(size, shell, xp=np):
+  a, b, c = size[0], size[1], size[2]
   if not shell:
-    return 4 * math.pi * a * b * c / 3, _ellipsoid_solid(a, b, c)
+    return 4 * xp.pi * a * b * c / 3, _ellipsoid_solid(a, b, c, xp)
   # Thomsen's approximation of the surface area
   p = 1.6075
-  area = 4 * math.pi * (((a * b) ** p + (b * c) ** p + (c * a) ** p) / 3) ** (1 / p)
+  area = 4 * xp.pi * (((a * b) ** p + (b * c) ** p + (c * a) ** p) / 3) ** (1 / p)
   # inertia: the ellipsoid grown by eps on every semi-axis minus the ellipsoid itself
   eps = 1e-6
-  vol_a = 4 * math.pi * a * b * c / 3
-  vol_b = 4 * math.pi * (a + eps) * (b + eps) * (c + eps) / 3
+  vol_a = 4 * xp.pi * a * b * c / 3
+  vol_b = 4 * xp.pi * (a + eps) * (b + eps) * (c + eps) / 3
   density = 1.0 / (vol_b - vol_a)  # per unit mass
-  inertia = (vol_b * density * _ellipsoid_solid(a + eps, b + eps, c + eps)
-             - vol_a * density * _ellipsoid_solid(a, b, c))
+  inertia = (vol_b * density * _ellipsoid_solid(a + eps, b + eps, c + eps, xp)
+             - vol_a * density * _ellipsoid_solid(a, b, c, xp))
   return area, inertia
+
+
+def _box(size, shell, xp=np):
+  a, b, c = size[0], size[1], size[2]
+  if not shell:
+    return 8 * a * b * c, xp.stack([b * b + c * c, a * a + c * c, a * a + b * b]) / 3
+  lx, ly, lz = 2 * a, 2 * b, 2 * c
+  # face pairs: normal z (area lx*ly), normal x (ly*lz), normal y (lz*lx)
+  a0, a1, a2 = lx * ly, ly * lz, lz * lx
+  area = 2 * (a0 + a1 + a2)
+  m0, m1, m2 = a0 / area, a1 / area, a2 / area  # per unit total mass, one face each
+  ix = m0 * ly * ly / 12 + m1 * (ly * ly + lz * lz) / 12 + m2 * lz * lz / 12
+  iy = m0 * lx * lx / 12 + m1 * lz * lz / 12 + m2 * (lx * lx + lz * lz) / 12
+  iz = m0 * (lx * lx + ly * ly) / 12 + m1 * ly * ly / 12 + m2 * lx * lx / 12
+  inertia = 2 * xp.stack([m0 * c * c + m2 * b * b + ix, m0 * c * c + m1 * a * a + iy,
+                          m1 * a * a + m2 * b * b + iz])
+  return area, inertia
+
+
+# volume (area with shell) and unit inertia of each primitive: fn(size, shell, xp=np)
+PRIMITIVE_MASS = {'sphere': _sphere, 'capsule': _capsule, 'cylinder': _cylinder,
+                  'ellipsoid': _ellipsoid, 'box': _box, 'hfield': _box}
 
 
 def _box(size, shell):
