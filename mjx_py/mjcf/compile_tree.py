@@ -218,20 +218,3 @@ def _box(size, shell, xp=np):
 # volume (area with shell) and unit inertia of each primitive: fn(size, shell, xp=np)
 PRIMITIVE_MASS = {'sphere': _sphere, 'capsule': _capsule, 'cylinder': _cylinder,
                   'ellipsoid': _ellipsoid, 'box': _box, 'hfield': _box}
-
-
-def _box(size, shell):
-  a, b, c = size[:3]
-  if not shell:
-    return 8 * a * b * c, np.array([b * b + c * c, a * a + c * c, a * a + b * b]) / 3
-  lx, ly, lz = 2 * a, 2 * b, 2 * c
-  # face pairs: normal z (area lx*ly), normal x (ly*lz), normal y (lz*lx)
-  a0, a1, a2 = lx * ly, ly * lz, lz * lx
-  area = 2 * (a0 + a1 + a2)
-  m0, m1, m2 = a0 / area, a1 / area, a2 / area  # per unit total mass, one face each
-  ix = m0 * ly * ly / 12 + m1 * (ly * ly + lz * lz) / 12 + m2 * lz * lz / 12
-  iy = m0 * lx * lx / 12 + m1 * lz * lz / 12 + m2 * (lx * lx + lz * lz) / 12
-  iz = m0 * (lx * lx + ly * ly) / 12 + m1 * ly * ly / 12 + m2 * lx * lx / 12
-  inertia = 2 * np.array([m0 * c * c + m2 * b * b + ix, m0 * c * c + m1 * a * a + iy,
-                          m1 * a * a + m2 * b * b + iz])
-  return area, inertia
