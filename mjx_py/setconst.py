@@ -12,6 +12,7 @@ set_const(m) -> Model
   (body_pos, body_quat).
 
   reads  body_parentid body_rootid body_weldid body_simple body_mocapid body_pos body_quat
+         eq_type eq_objtype eq_obj1id eq_obj2id eq_data
          body_ipos body_iquat body_mass body_inertia jnt_* dof_bodyid dof_jntid dof_armature
          qpos0 geom_bodyid geom_type geom_pos geom_quat geom_size geom_rbound site_bodyid
          site_pos site_quat tendon_* wrap_* tendon_armature actuator_trntype actuator_trnid
@@ -34,6 +35,8 @@ set_const(m) -> Model
                                       bounds of sphere/capsule/ellipsoid/cylinder/box geoms
                                       from geom_size (the compiler's formulas; before the
                                       statistics, which use them)
+         eq_data[:, 3:6] (neq, 3)     second anchor of the body-to-body connects: the first
+                                      anchor in body 2's frame at qpos0
          geom_fluid[:, 6:12] (ngeom, 6) virtual mass and inertia of the geoms with the
                                       ellipsoid fluid model, from geom_size (the compiler's
                                       quadrature of Lamb's coefficients)
@@ -51,8 +54,7 @@ Like mj_setConst, the statistics are overwritten even where the MJCF gave them i
 
 Left alone (host-side, one-way compiler conversions, or not derived from the fields a user
 randomizes): the dampratio -> kv conversion of position actuators (actuator_biasprm),
-the eq_data anchors and relative poses of connect/weld equalities (mj_setConst would recompute
-the second anchor of a body connect from the current geometry), tendon_lengthspring computed at
+the relative poses of welds (mj_setConst keeps them too), tendon_lengthspring computed at
 qpos_spring for springlength -1, the camera/light offsets cam_pos0/cam_poscom0/cam_mat0 and
 light_pos0/light_poscom0/light_dir0 (the *poscom0 ones depend on subtree coms, hence on masses,
 in mj_setConst), the bounds of mesh and height-field geoms (from their assets),
@@ -80,6 +82,7 @@ from .errors import NotSupportedError
 from .mjcf import compile as mjcf_compile
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
+EQ_CONNECT, OBJ_BODY = 0, 1                  # mjEQ_CONNECT, mjOBJ_BODY
 (GEOM_PLANE, GEOM_HFIELD, GEOM_SPHERE, GEOM_CAPSULE, GEOM_ELLIPSOID, GEOM_CYLINDER,
  GEOM_BOX) = range(7)
 
@@ -183,6 +186,18 @@ def _fluid_added_mass(m):
   return m.geom_fluid.at[:, 6:12].set(jnp.where(on[:, None], added, m.geom_fluid[:, 6:12]))
 
 
+def _connect_anchors(m, d):
+  """eq_data with the second anchor (3:6) of every body-to-body connect recomputed at qpos0, as
+  mj_setConst does: the first anchor (0:3, in body 1's frame) expressed in body 2's frame.
+  Site connects and welds keep theirs (mj_setConst leaves them too)."""
+  b1, b2 = m.eq_obj1id, m.eq_obj2id
+  xmat = d.xmat.reshape(-1, 3, 3)
+  point = d.xpos[b1] + jnp.einsum('nij,nj->ni', xmat[b1], m.eq_data[:, 0:3])
+  anchor2 = jnp.einsum('nji,nj->ni', xmat[b2], point - d.xpos[b2])
+  mine = (m.eq_type == EQ_CONNECT) & (m.eq_objtype == OBJ_BODY)
+  return m.eq_data.at[:, 3:6].set(jnp.where(mine[:, None], anchor2, m.eq_data[:, 3:6]))
+
+
 def _geom_rbound(m):
   """Bounding radius of each geom for the statistics box: geom_rbound, or for planes 0.1 of
   the largest size (1 when infinite in both directions)."""
@@ -277,4 +292,5 @@ def set_const(m, from_geoms: bool = False):
       tendon_invweight0=ten_iw,
       actuator_length0=d.actuator_length,
       actuator_acc0=acc0,
+      eq_data=_connect_anchors(m, d) if m.neq else m.eq_data,
       stat=_statistics(m, d, d.qM))

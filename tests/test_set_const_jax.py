@@ -234,3 +234,58 @@ def test_vmap_fluid_added_mass_equals_mujoco_edited_xml():
     np.testing.assert_allclose(np.asarray(out.geom_fluid[w]), mj.geom_fluid.reshape(-1, 12),
                                rtol=RTOL, atol=ATOL, err_msg=f'world {w}')
   assert not np.allclose(np.asarray(out.geom_fluid[0, :, 6:]), np.asarray(base.geom_fluid[:, 6:]))
+
+
+CONNECTS = """
+<mujoco>
+  <worldbody>
+    <body name="a" pos="0 0 1">
+      <joint type="hinge" axis="0 1 0"/>
+      <geom size="0.1"/>
+      <site name="sa" pos="0.1 0 0"/>
+      <body name="b" pos="0.5 0 0" euler="0 30 0">
+        <joint type="hinge" axis="0 1 0"/>
+        <geom size="0.1"/>
+      </body>
+    </body>
+    <body name="c" pos="1 0 1" euler="10 0 20">
+      <freejoint/>
+      <geom size="0.1"/>
+      <site name="sc" pos="0 0.1 0"/>
+    </body>
+  </worldbody>
+  <equality>
+    <connect body1="b" body2="c" anchor="0.1 0.05 0"/>
+    <connect body1="a" anchor="0 0 0.2"/>
+    <connect site1="sa" site2="sc"/>
+    <weld body1="a" body2="c"/>
+  </equality>
+</mujoco>
+"""
+
+
+def test_vmap_connect_anchors_equal_mj_setconst():
+  """set_const recomputes the second anchor of body-to-body connects at qpos0 (eq_data 3:6) as
+  mj_setConst does, per world under vmap over edited body poses and qpos0; site connects and
+  welds keep their data."""
+  m = mjx_py.from_xml_string(CONNECTS)
+  rng = np.random.default_rng(3)
+  nworld = 3
+  body_pos = np.repeat(np.asarray(m.body_pos)[None], nworld, 0)
+  body_pos[:, 1:] += 0.1 * rng.standard_normal((nworld, m.nbody - 1, 3))
+  qpos0 = np.repeat(np.asarray(m.qpos0)[None], nworld, 0)
+  qpos0[:, :2] += 0.3 * rng.standard_normal((nworld, 2))       # the two hinges
+  scaled = {'body_pos': body_pos, 'qpos0': qpos0}
+  mb, axes = _batched(m, scaled)
+  out = jax.jit(jax.vmap(mjx_py.set_const, in_axes=(axes,)))(mb)
+  for w in range(nworld):
+    mj = mujoco.MjModel.from_xml_string(CONNECTS)
+    for k, v in scaled.items():
+      getattr(mj, k)[:] = v[w]
+    _set_const_mujoco(mj)
+    np.testing.assert_allclose(np.asarray(out.eq_data[w]), mj.eq_data, rtol=RTOL, atol=ATOL,
+                               err_msg=f'world {w}')
+  # the body connects moved; the site connect and the weld did not
+  assert not np.allclose(np.asarray(out.eq_data[0, :2, 3:6]), np.asarray(m.eq_data[:2, 3:6]))
+  np.testing.assert_array_equal(np.asarray(out.eq_data[:, 2:]),
+                                np.broadcast_to(np.asarray(m.eq_data[2:]), (nworld, 2, 11)))
