@@ -12,7 +12,8 @@ set_const(m) -> Model
   (body_pos, body_quat).
 
   reads  body_parentid body_rootid body_weldid body_simple body_mocapid body_pos body_quat
-         eq_type eq_objtype eq_obj1id eq_obj2id eq_data
+         eq_type eq_objtype eq_obj1id eq_obj2id eq_data cam_/light_ bodyid targetbodyid pos
+         cam_quat light_dir
          body_ipos body_iquat body_mass body_inertia jnt_* dof_bodyid dof_jntid dof_armature
          qpos0 geom_bodyid geom_type geom_pos geom_quat geom_size geom_rbound site_bodyid
          site_pos site_quat tendon_* wrap_* tendon_armature actuator_trntype actuator_trnid
@@ -35,6 +36,10 @@ set_const(m) -> Model
                                       bounds of sphere/capsule/ellipsoid/cylinder/box geoms
                                       from geom_size (the compiler's formulas; before the
                                       statistics, which use them)
+         cam_pos0, cam_poscom0 (ncam, 3), cam_mat0 (ncam, 9), light_pos0, light_poscom0,
+         light_dir0 (nlight, 3)       the tracking modes' offsets at qpos0: from the body
+                                      origin, from the (target) body's subtree com, the world
+                                      orientation (direction) of the element's fixed pose
          eq_data[:, 3:6] (neq, 3)     second anchor of the body-to-body connects: the first
                                       anchor in body 2's frame at qpos0
          geom_fluid[:, 6:12] (ngeom, 6) virtual mass and inertia of the geoms with the
@@ -55,9 +60,7 @@ Like mj_setConst, the statistics are overwritten even where the MJCF gave them i
 Left alone (host-side, one-way compiler conversions, or not derived from the fields a user
 randomizes): the dampratio -> kv conversion of position actuators (actuator_biasprm),
 the relative poses of welds (mj_setConst keeps them too), tendon_lengthspring computed at
-qpos_spring for springlength -1, the camera/light offsets cam_pos0/cam_poscom0/cam_mat0 and
-light_pos0/light_poscom0/light_dir0 (the *poscom0 ones depend on subtree coms, hence on masses,
-in mj_setConst), the bounds of mesh and height-field geoms (from their assets),
+qpos_spring for springlength -1, the bounds of mesh and height-field geoms (from their assets),
 body_simple/body_sameframe (derived from the geometry by the compiler), and the body masses and
 inertias themselves: MuJoCo infers them from geoms only when compiling, and mj_setConst does not
 touch them. ``set_const(m, from_geoms=True)`` infers them again first, from the edited geom
@@ -198,6 +201,30 @@ def _connect_anchors(m, d):
   return m.eq_data.at[:, 3:6].set(jnp.where(mine[:, None], anchor2, m.eq_data[:, 3:6]))
 
 
+def _camlight0(m, d):
+  """Offsets of the cameras and lights at qpos0 that their tracking modes use (mj_setConst):
+  from the body's frame with the element's fixed pose (xpos + xmat pos): pos0 = the offset
+  from the body origin, poscom0 = from the subtree com of the target body, or of the own body
+  without one (hence on the masses), mat0 /
+  dir0 = the orientation / direction in the world. Returns a dict of the Model fields."""
+  out = {}
+  xmat = d.xmat.reshape(-1, 3, 3)
+  for kind, n in (('cam', m.ncam), ('light', m.nlight)):
+    if not n:
+      continue
+    body = getattr(m, f'{kind}_bodyid')
+    pos = d.xpos[body] + jnp.einsum('nij,nj->ni', xmat[body], getattr(m, f'{kind}_pos'))
+    out[f'{kind}_pos0'] = pos - d.xpos[body]
+    # the subtree com of the target body when there is one (targetbody* modes), else the own
+    target = getattr(m, f'{kind}_targetbodyid')
+    out[f'{kind}_poscom0'] = pos - d.subtree_com[jnp.where(target >= 0, target, body)]
+    if kind == 'cam':
+      out['cam_mat0'] = (xmat[body] @ math.quat_to_mat(m.cam_quat)).reshape(n, 9)
+    else:
+      out['light_dir0'] = jnp.einsum('nij,nj->ni', xmat[body], m.light_dir)
+  return out
+
+
 def _geom_rbound(m):
   """Bounding radius of each geom for the statistics box: geom_rbound, or for planes 0.1 of
   the largest size (1 when infinite in both directions)."""
@@ -293,4 +320,5 @@ def set_const(m, from_geoms: bool = False):
       actuator_length0=d.actuator_length,
       actuator_acc0=acc0,
       eq_data=_connect_anchors(m, d) if m.neq else m.eq_data,
-      stat=_statistics(m, d, d.qM))
+      stat=_statistics(m, d, d.qM),
+      **_camlight0(m, d))

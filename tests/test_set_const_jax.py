@@ -30,7 +30,8 @@ MODELS = ['models/humanoid.xml', 'models/arm7.xml', 'models/muscle_arm.xml',
           'tests/models/tendons_spatial.xml',     # pulleys, wrapping, tendon armature
           'tests/models/mocap_gravcomp.xml']      # mocap bodies, free bodies with children
 FIELDS = ('body_subtreemass', 'dof_M0', 'dof_invweight0', 'body_invweight0', 'tendon_length0',
-          'tendon_invweight0', 'actuator_length0', 'actuator_acc0')
+          'tendon_invweight0', 'actuator_length0', 'actuator_acc0', 'cam_pos0', 'cam_poscom0',
+          'cam_mat0', 'light_pos0', 'light_poscom0', 'light_dir0')
 STATS = ('meaninertia', 'meanmass', 'meansize', 'extent', 'center')
 RTOL, ATOL = 1e-9, 1e-12
 
