@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import mjx_py
+from mjx_py import massprops, setconst
 
 RANDOMIZED = ('geom_size', 'geom_density', 'geom_friction', 'actuator_gear')
 
@@ -47,11 +48,7 @@ def randomize(m: mjx_py.Model, key, n: int) -> mjx_py.Model:
 
 
 # the fields set_const(from_geoms=True) recomputes per world
-CONSISTENT = ['body_mass', 'body_ipos', 'body_iquat', 'body_inertia', 'body_subtreemass',
-              'dof_M0', 'body_invweight0', 'dof_invweight0', 'tendon_length0',
-              'tendon_invweight0', 'actuator_length0', 'actuator_acc0', 'geom_rbound',
-              'geom_aabb', 'geom_fluid', 'stat.meaninertia', 'stat.meanmass', 'stat.meansize',
-              'stat.extent', 'stat.center']
+CONSISTENT = list(massprops.WRITES + setconst.WRITES)
 
 
 def rollout(m: mjx_py.Model, axes, nstep: int):

@@ -63,6 +63,8 @@ EPS = 1e-12           # mjuu_eig3's tolerance, and the sort's
 MASS_EPS = 1e-14      # mjEPS: a geom with less volume ignores a given mass; the compiler's
                       # smallest total mass of several geoms
 EIG3_ITERATIONS = 32  # Jacobi rotations (a 3x3 converges in well under 10; MuJoCo stops at 500)
+# the Model fields inertia_from_geoms writes
+WRITES = ('body_mass', 'body_ipos', 'body_iquat', 'body_inertia')
 
 
 # The compiler's formulas (mjx_py.mjcf.compile_tree.PRIMITIVE_MASS) with jax.numpy, by type id
@@ -229,4 +231,4 @@ def inertia_from_geoms(m):
       body_inertia=jnp.where(mine[:, None], new_inertia, m.body_inertia).astype(dtype))
 
 
-__all__ = ['inertia_from_geoms', 'geom_volume_inertia', 'eig3']
+__all__ = ['inertia_from_geoms', 'geom_volume_inertia', 'eig3', 'WRITES']

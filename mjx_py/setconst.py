@@ -85,6 +85,13 @@ from .errors import NotSupportedError
 from .mjcf import compile as mjcf_compile
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
+# The Model fields set_const writes (mjx_py.model_axes names): the out_axes of a vmap that
+# builds per-world consistent Models (with from_geoms=True, also massprops.WRITES)
+WRITES = ('body_subtreemass', 'dof_M0', 'body_invweight0', 'dof_invweight0', 'tendon_length0',
+          'tendon_invweight0', 'actuator_length0', 'actuator_acc0', 'geom_rbound', 'geom_aabb',
+          'geom_fluid', 'eq_data', 'cam_pos0', 'cam_poscom0', 'cam_mat0', 'light_pos0',
+          'light_poscom0', 'light_dir0', 'stat.meaninertia', 'stat.meanmass', 'stat.meansize',
+          'stat.extent', 'stat.center')
 EQ_CONNECT, OBJ_BODY = 0, 1                  # mjEQ_CONNECT, mjOBJ_BODY
 (GEOM_PLANE, GEOM_HFIELD, GEOM_SPHERE, GEOM_CAPSULE, GEOM_ELLIPSOID, GEOM_CYLINDER,
  GEOM_BOX) = range(7)

@@ -290,3 +290,22 @@ def test_vmap_connect_anchors_equal_mj_setconst():
   assert not np.allclose(np.asarray(out.eq_data[0, :2, 3:6]), np.asarray(m.eq_data[:2, 3:6]))
   np.testing.assert_array_equal(np.asarray(out.eq_data[:, 2:]),
                                 np.broadcast_to(np.asarray(m.eq_data[2:]), (nworld, 2, 11)))
+
+
+@pytest.mark.parametrize('xml', [None, CONNECTS, FLUID.format(r=0.05, h=0.1)])
+def test_writes_lists_every_field_set_const_writes(xml):
+  """setconst.WRITES (+ massprops.WRITES with from_geoms) as the out_axes of a vmap over worlds
+  that differ in every input set_const reads from: a field missing from the list would come out
+  batched where the out_axes say unbatched, which vmap refuses."""
+  from mjx_py import massprops, setconst
+  m = (mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'humanoid.xml')) if xml is None
+       else mjx_py.from_xml_string(xml))
+  inputs = ['body_mass', 'body_pos', 'body_inertia', 'geom_size', 'geom_density', 'qpos0',
+            'cam_pos', 'light_pos', 'dof_armature', 'actuator_gear']
+  scale = jnp.array([0.9, 1.1])
+  mb = dataclasses.replace(m, **{f: scale.reshape((2,) + (1,) * getattr(m, f).ndim)
+                                 * getattr(m, f)[None] for f in inputs})
+  out_axes = mjx_py.model_axes(m, inputs + list(massprops.WRITES + setconst.WRITES))
+  out = jax.jit(jax.vmap(lambda m: mjx_py.set_const(m, from_geoms=True),
+                         in_axes=(mjx_py.model_axes(m, inputs),), out_axes=out_axes))(mb)
+  assert out.body_subtreemass.shape == (2, m.nbody)
