@@ -57,10 +57,11 @@ set_const(m) -> Model
 Like mj_setConst, the statistics are overwritten even where the MJCF gave them in
 ``<statistic>``; put the given values back into ``m.stat`` afterwards to keep them.
 
-Left alone (host-side, one-way compiler conversions, or not derived from the fields a user
-randomizes): the dampratio -> kv conversion of position actuators (actuator_biasprm),
-the relative poses of welds (mj_setConst keeps them too), tendon_lengthspring computed at
-qpos_spring for springlength -1, the bounds of mesh and height-field geoms (from their assets),
+Left alone, as mj_setConst leaves them (checked against mujoco 3.3.3: one-way compiler
+conversions, or not derived from the fields a user randomizes): the dampratio -> kv conversion
+of position actuators (actuator_biasprm), the relative poses of welds, tendon_lengthspring
+computed at qpos_spring for springlength -1 (recompiling the edited XML would redo these
+three), the bounds of mesh and height-field geoms (from their assets),
 body_simple/body_sameframe (derived from the geometry by the compiler), and the body masses and
 inertias themselves: MuJoCo infers them from geoms only when compiling, and mj_setConst does not
 touch them. ``set_const(m, from_geoms=True)`` infers them again first, from the edited geom
