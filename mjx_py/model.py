@@ -312,6 +312,26 @@ TYPE_SETS = ('jnt_types', 'trn_types', 'dyn_types', 'gain_types', 'bias_types', 
 # inertia_opts (static): the compiler options mjx_py.massprops applies when it infers body
 #   masses and inertias from geoms again: (boundmass, boundinertia, balanceinertia (0/1),
 #   settotalmass) of <compiler>.
+# sensor_static (static): put_model's snapshot of the sensors' structural index fields
+#   (SENSOR_STATIC), ((name, values), ...). A Model traced as a jit argument or batched under
+#   vmap has no concrete index arrays; the sensor stages then take these fields from the
+#   snapshot (static_leaf), so that they select each sensor type's sensors and addresses on the
+#   host instead of evaluating every sensor for every type. Like the type sets, they are fixed
+#   by the compiled model: edit them through put_model.
+SENSOR_STATIC = ('sensor_type', 'sensor_datatype', 'sensor_needstage', 'sensor_objtype',
+                 'sensor_objid', 'sensor_reftype', 'sensor_refid', 'sensor_adr', 'sensor_dim',
+                 'site_type')
+# concrete int32 arrays of the snapshots, made by put_model outside any trace: a traced
+# Model's stage swaps them in for its tracers (looked up by the hashable snapshot)
+_STATIC_LEAVES: dict = {}
+
+
+def static_leaf(name: str, values: tuple):
+  """The concrete int32 array put_model made for the snapshot ``(name, values)``, or None
+  (a Model not built by put_model in this process)."""
+  return _STATIC_LEAVES.get((name, values))
+
+
 # Option: (name, static?) -- discrete settings are static, real-valued ones are traced leaves.
 OPTION_FIELDS = (
     ('timestep', False), ('apirate', False), ('impratio', False), ('tolerance', False),
@@ -378,7 +398,7 @@ geom1 * ngeom + geom2 (geom1 < geom2) of the explicit pairs.
 Model = _frozen_pytree(
     'Model', [f[0] for f in FIELDS] + list(ENGINE_FIELDS) + ['opt', 'stat'],
     list(SIZES) + list(COUNT_SIZES) + list(COLLISION_META) + list(TYPE_SETS)
-    + ['inertia_opts', 'names'],
+    + ['inertia_opts', 'sensor_static', 'names'],
     __doc__)
 Model.__doc__ = __doc__
 
@@ -432,6 +452,13 @@ def put_model(arrays: dict, nconmax: int | None = None, broadphase: str = 'auto'
   kwargs['opt'] = Option(**opt)
   kwargs['stat'] = Statistic(**{n: _leaf(arrays[f'stat_{n}'], 'f') for n in STAT_FIELDS})
   kwargs['inertia_opts'] = tuple(arrays['inertia_opts'])
+  snapshot = []
+  for name in SENSOR_STATIC:
+    values = tuple(int(x) for x in np.asarray(arrays[name]).ravel())
+    if (name, values) not in _STATIC_LEAVES:
+      _STATIC_LEAVES[(name, values)] = _leaf(np.asarray(arrays[name]), 'i')
+    snapshot.append((name, values))
+  kwargs['sensor_static'] = tuple(snapshot)
   kwargs['names'] = tuple(sorted((k, tuple(v)) for k, v in arrays['names'].items()))
   kwargs.update(constraint_counts(arrays, tables, kwargs['nconmax'], njmax))
   kwargs.update(type_sets(arrays))

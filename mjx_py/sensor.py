@@ -56,9 +56,12 @@ EPA, keep GJK's result (it differs from EPA's depth by about the tolerance).
 Vectorization: each stage gathers the frames of every sensor's object and reference at once
 (one gather from the stacked body / geom / site / camera frames) and derives their velocities
 and accelerations in bulk; every sensor type the model has (``m.sensor_types``, static) is then
-a few array operations over its sensors, scattered into sensordata. When the Model is concrete
-the sensors of each type and their sensordata addresses are static index arrays; when it is
-traced, every sensor is evaluated for every type present and selected by type.
+a few array operations over its sensors, scattered into sensordata. The sensors of each type
+and their sensordata addresses are static index arrays: from the Model's arrays when it is
+concrete (closed over), else from put_model's snapshot of the sensors' index fields
+(``Model.sensor_static``: types, objects, references, addresses, dims, stages, datatypes and
+site types, which are structural and fixed by put_model, like the type sets). Only a traced
+Model without that snapshot evaluates every sensor for every type present and selects by type.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ import numpy as np
 from . import math, tree, velocity
 from .errors import NotSupportedError
 from .math import MINVAL
+from .model import static_leaf
 from .passive import _sub_quat
 from .ray import PRIMITIVES as RAY_PRIMITIVES
 from .ray import normalize3
@@ -125,6 +129,20 @@ def _concrete(x):
     return np.asarray(x)
   except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
     return None
+
+
+def _with_static(m):
+  """m with the sensors' structural index fields (mjx_py.model.SENSOR_STATIC) concrete: a
+  traced Model (a jit argument, a vmapped batch) gets put_model's concrete arrays for them, so
+  that every stage below selects sensors and addresses on the host as for a closed-over Model.
+  Without them (a Model not built by put_model in this process) the traced path remains."""
+  swap = {}
+  for name, values in getattr(m, 'sensor_static', ()):
+    if _concrete(getattr(m, name)) is None:
+      leaf = static_leaf(name, values)
+      if leaf is not None:
+        swap[name] = leaf
+  return dataclasses.replace(m, **swap) if swap else m
 
 
 def _ids(m, stype):
@@ -535,6 +553,7 @@ def sensor_pos(m, d):
   """Position-stage sensors (mj_sensorPos); see the module docstring."""
   if m.opt.disableflags & DSBL_SENSOR or not m.nsensor:
     return d
+  m = _with_static(m)
   types = _stage_types(m, POS)
   if E_POTENTIAL in types:
     d = energy_pos(m, d)
@@ -596,6 +615,7 @@ def sensor_vel(m, d):
   sensor needs it."""
   if m.opt.disableflags & DSBL_SENSOR or not m.nsensor:
     return d
+  m = _with_static(m)
   types = _stage_types(m, VEL)
   if SUBTREELINVEL in types or SUBTREEANGMOM in types:
     d = velocity.subtree_vel(m, d)
@@ -802,6 +822,7 @@ def sensor_acc(m, d, efc_force=None):
   """
   if m.opt.disableflags & DSBL_SENSOR or not m.nsensor:
     return d
+  m = _with_static(m)
   types = _stage_types(m, ACC)
   if efc_force is None:
     efc_force = getattr(d, 'efc_force', None)

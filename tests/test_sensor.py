@@ -32,6 +32,7 @@ import pytest
 from oracle import ROOT
 
 import mjx_py
+from mjx_py import model as model_module
 from mjx_py import sensor
 from mjx_py.forward import forward as forward_fn
 from mjx_py.forward import step
@@ -454,17 +455,29 @@ TRACED_SENSORS = """
 """
 
 
-def test_traced_model_matches_mujoco():
-  """A Model passed as a traced jit argument takes the generic path (every sensor evaluated for
-  every type, frames gathered with traced rows, traced addresses and cutoffs); the result is
-  the same."""
+@pytest.mark.parametrize('snapshot', [True, False])
+def test_traced_model_matches_mujoco(snapshot, monkeypatch):
+  """A Model passed as a traced jit argument: with put_model's snapshot of the sensor index
+  fields, the stages select sensors and addresses on the host as for a closed-over Model (the
+  touch sensor's ray test only for its site's shape); without it (snapshot=False: the arrays
+  put_model made are not found) the generic path evaluates every sensor for every type, with
+  frames gathered by traced rows and traced addresses and cutoffs. Both equal MuJoCo."""
   xml = SMALL.format(integrator='Euler', flags='').replace('</sensor>',
                                                            TRACED_SENSORS + '</sensor>')
   m, mj = oracle.both(xml)
+  d0 = mjx_py.make_data(m)
+  n_static = len(jax.make_jaxpr(lambda m, d: sensor.sensor_acc(m, d))(m, d0).eqns)
+  if not snapshot:
+    monkeypatch.setattr(model_module, '_STATIC_LEAVES', {})
+    # the generic path is a different (larger) program
+    assert len(jax.make_jaxpr(lambda m, d: sensor.sensor_acc(m, d))(m, d0).eqns) > n_static
   rng = np.random.default_rng(5)
   states = _states(mj, rng, 1)
   ref, energy = _reference(mj, states)
-  out = jax.jit(forward_fn)(m, jax.tree_util.tree_map(lambda x: x[0], _batch(m, states)))
+  # a fresh function for each case: the two share the Model's static metadata, so jit's
+  # cache would otherwise return the first trace
+  out = jax.jit(lambda m, d: forward_fn(m, d))(
+      m, jax.tree_util.tree_map(lambda x: x[0], _batch(m, states)))
   _compare(mj, np.asarray(out.sensordata)[None], ref, 'traced')
   np.testing.assert_allclose(np.asarray(out.energy)[None], energy, rtol=RTOL, atol=ATOL)
 
