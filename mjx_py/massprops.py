@@ -126,10 +126,6 @@ def geom_volume_inertia(m):
 # ---------------------------------------------------------------------------------------------
 # mjuu_eig3
 
-def _quat_normalize(q):
-  return q / jnp.sqrt(q @ q)
-
-
 def eig3(a):
   """Eigen-decomposition of a symmetric 3x3 matrix ``a``, replaying MuJoCo's mjuu_eig3 (see
   mjx_py.mjcf.orient.eig3 for the host version): Jacobi rotations that zero the largest
@@ -167,7 +163,7 @@ def eig3(a):
     s = jnp.sqrt(jnp.where(stop, 1.0, 0.5 - 0.5 * c))
     comp = jnp.where(tau >= 0, -s, s) * jnp.where(rotk == 1, -1.0, 1.0)
     rot = jnp.zeros(4, dtype).at[0].set(jnp.sqrt(1.0 - comp * comp)).at[rotk + 1].set(comp)
-    new = _quat_normalize(math.quat_mul(quat, _quat_normalize(rot)))
+    new = math.quat_normalize(math.quat_mul(quat, math.quat_normalize(rot)))
     done = done | stop
     return jnp.where(done, quat, new), done
 
@@ -183,7 +179,7 @@ def eig3(a):
     swapped = eigval.at[j1].set(eigval[j1 + 1]).at[j1 + 1].set(eigval[j1])
     eigval = jnp.where(swap, swapped, eigval)
     turn = jnp.zeros(4, dtype).at[0].set(half).at[(j1 + 2) % 3 + 1].set(half)
-    quat = jnp.where(swap, _quat_normalize(math.quat_mul(quat, turn)), quat)
+    quat = jnp.where(swap, math.quat_normalize(math.quat_mul(quat, turn)), quat)
   return eigval, quat
 
 

@@ -81,9 +81,11 @@ import jax
 import jax.numpy as jnp
 
 from . import inertia, kinematics, massprops, math, support, tendon, transmission, tree
+from .constraint import EQ_CONNECT
 from .data import make_data
 from .errors import NotSupportedError
 from .mjcf import compile as mjcf_compile
+from .sensor import OBJ_BODY
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
 # The Model fields set_const writes (mjx_py.model_axes names): the out_axes of a vmap that
@@ -93,7 +95,6 @@ WRITES = ('body_subtreemass', 'dof_M0', 'body_invweight0', 'dof_invweight0', 'te
           'geom_fluid', 'eq_data', 'cam_pos0', 'cam_poscom0', 'cam_mat0', 'light_pos0',
           'light_poscom0', 'light_dir0', 'stat.meaninertia', 'stat.meanmass', 'stat.meansize',
           'stat.extent', 'stat.center')
-EQ_CONNECT, OBJ_BODY = 0, 1                  # mjEQ_CONNECT, mjOBJ_BODY
 (GEOM_PLANE, GEOM_HFIELD, GEOM_SPHERE, GEOM_CAPSULE, GEOM_ELLIPSOID, GEOM_CYLINDER,
  GEOM_BOX) = range(7)
 
@@ -133,6 +134,17 @@ def _dof_invweight0(m, minv):
   return jnp.where(m.body_simple[body] == 2, inv_mass, iw)
 
 
+def _semiaxes(m):
+  """(ngeom, 3) half-extents of each geom in its frame from geom_size: sphere r r r, capsule
+  r r r+h, cylinder r r h, else the three sizes (the bounding box's half-sizes of the
+  primitives, and the fluid model's equivalent ellipsoid)."""
+  t, s = m.geom_type, m.geom_size
+  r, h = s[:, 0], s[:, 1]
+  return jnp.select(
+      [(t == GEOM_SPHERE)[:, None], (t == GEOM_CAPSULE)[:, None], (t == GEOM_CYLINDER)[:, None]],
+      [jnp.stack([r, r, r], 1), jnp.stack([r, r, r + h], 1), jnp.stack([r, r, h], 1)], s)
+
+
 def _primitive_bounds(m):
   """(geom_rbound (ngeom,), geom_aabb (ngeom, 6)) with the sphere, capsule, ellipsoid, cylinder
   and box geoms' bounds recomputed from geom_size by the compiler's formulas (rbound: the
@@ -141,58 +153,25 @@ def _primitive_bounds(m):
   what bounds them."""
   t, s = m.geom_type, m.geom_size
   r, h = s[:, 0], s[:, 1]
+  half = _semiaxes(m)
   rbound = jnp.select(
       [t == GEOM_SPHERE, t == GEOM_CAPSULE, t == GEOM_CYLINDER, t == GEOM_ELLIPSOID,
        t == GEOM_BOX],
       [r, r + h, math.safe_norm(s[:, :2]), jnp.max(s, axis=1), math.safe_norm(s)],
       m.geom_rbound)
-  half = jnp.select(
-      [(t == GEOM_SPHERE)[:, None], (t == GEOM_CAPSULE)[:, None], (t == GEOM_CYLINDER)[:, None]],
-      [jnp.stack([r, r, r], 1), jnp.stack([r, r, r + h], 1), jnp.stack([r, r, h], 1)], s)
   prim = (t >= GEOM_SPHERE) & (t <= GEOM_BOX)
   aabb = jnp.where(prim[:, None], jnp.concatenate([jnp.zeros_like(half), half], 1),
                    m.geom_aabb)
   return rbound, aabb
 
 
-def _kappa(dx, dy, dz):
-  """Lamb's added-mass coefficient for axis x of ellipsoids with semi-axes (dx, dy, dz), each
-  (n,): MuJoCo's 15-point quadrature (mjx_py.mjcf.compile._kappa, the compiler's version)."""
-  ix, iy, iz = 1.0 / (dx * dx), 1.0 / (dy * dy), 1.0 / (dz * dz)
-  scale = (dx * dx * dx * dy * dz) ** 0.4
-  kappa = jnp.zeros_like(dx)
-  for w, node, jac in zip(mjcf_compile.KRONROD_W, mjcf_compile.KRONROD_L,
-                          mjcf_compile.KRONROD_D):
-    lam = scale * node
-    denom = (1 + lam * ix) * jnp.sqrt((1 + lam * ix) * (1 + lam * iy) * (1 + lam * iz))
-    kappa = kappa + scale * jac / denom * w
-  return kappa * ix
-
-
 def _fluid_added_mass(m):
   """geom_fluid with the virtual mass (6:9) and inertia (9:12) of the geoms that use the
-  ellipsoid fluid model (geom_fluid[:, 0] > 0) recomputed from geom_size, by the compiler's
-  rule (the equivalent ellipsoid's semi-axes: sphere r r r, capsule r r r+h, cylinder r r h,
-  else the three sizes)."""
-  t, s = m.geom_type, m.geom_size
+  ellipsoid fluid model (geom_fluid[:, 0] > 0) recomputed from geom_size by the compiler's
+  rule (mjx_py.mjcf.compile.added_mass on the equivalent ellipsoid's semi-axes)."""
   on = m.geom_fluid[:, 0] > 0
-  r, h = s[:, 0], s[:, 1]
-  semi = jnp.select(
-      [(t == GEOM_SPHERE)[:, None], (t == GEOM_CAPSULE)[:, None], (t == GEOM_CYLINDER)[:, None]],
-      [jnp.stack([r, r, r], 1), jnp.stack([r, r, r + h], 1), jnp.stack([r, r, h], 1)], s)
-  semi = jnp.where(on[:, None], semi, 1.0)     # keeps the unused geoms' quadrature finite
-  a, b, c = semi[:, 0], semi[:, 1], semi[:, 2]
-  kx, ky, kz = _kappa(a, b, c), _kappa(b, c, a), _kappa(c, a, b)
-  vol = 4.0 / 3.0 * jnp.pi * a * b * c
-  eps = 1e-14                                  # mjEPS clip of the denominators
-  mass = jnp.stack([vol * kx / jnp.maximum(eps, 2 - kx), vol * ky / jnp.maximum(eps, 2 - ky),
-                    vol * kz / jnp.maximum(eps, 2 - kz)], 1)
-
-  def fac(p, q, kp, kq):                       # about the axis normal to semi-axes p, q
-    return (p * p - q * q) ** 2 * jnp.abs(kq - kp) / jnp.maximum(
-        eps, jnp.abs(2 * (p * p - q * q) + (p * p + q * q) * (kp - kq)))
-  inertia = jnp.stack([vol * fac(b, c, ky, kz) / 5, vol * fac(c, a, kz, kx) / 5,
-                       vol * fac(a, b, kx, ky) / 5], 1)
+  semi = jnp.where(on[:, None], _semiaxes(m), 1.0)   # keeps the unused geoms' quadrature finite
+  mass, inertia = jax.vmap(lambda s: mjcf_compile.added_mass(s, jnp))(semi)
   added = jnp.concatenate([mass, inertia], 1)
   return m.geom_fluid.at[:, 6:12].set(jnp.where(on[:, None], added, m.geom_fluid[:, 6:12]))
 
@@ -213,8 +192,8 @@ def _camlight0(m, d):
   """Offsets of the cameras and lights at qpos0 that their tracking modes use (mj_setConst):
   from the body's frame with the element's fixed pose (xpos + xmat pos): pos0 = the offset
   from the body origin, poscom0 = from the subtree com of the target body, or of the own body
-  without one (hence on the masses), mat0 /
-  dir0 = the orientation / direction in the world. Returns a dict of the Model fields."""
+  without one (hence on the masses), mat0 / dir0 = the orientation / direction in the world.
+  Returns a dict of the Model fields."""
   out = {}
   xmat = d.xmat.reshape(-1, 3, 3)
   for kind, n in (('cam', m.ncam), ('light', m.nlight)):

@@ -639,7 +639,7 @@ def _fluid(gtype, size, v):
     fl[0] = 1.0
     fl[1:6] = v['fluidcoef']
     semi = _semiaxes(gtype, size)
-    fl[6:9], fl[9:12] = _added_mass(semi)
+    fl[6:9], fl[9:12] = added_mass(semi)
   return fl
 
 
@@ -654,52 +654,54 @@ def _semiaxes(gtype, s):
 
 
 # 15-point Gauss-Kronrod weights and nodes for MuJoCo's added-mass integral over l in [0, inf),
-# mapped from x in [0, 1] by l = x^3 / (1 - x)^2 (nodes KRONROD_L, Jacobian dl/dx KRONROD_D).
+# mapped from x in [0, 1] by l = x^3 / (1 - x)^2 (nodes _KRONROD_L, Jacobian dl/dx _KRONROD_D).
 # These are MuJoCo's constants (mjCGeom::GetAddedMassKappa); geom_fluid matches only with them.
-KRONROD_W = (0.01146766, 0.03154605, 0.05239501, 0.07032663, 0.08450236, 0.09517529,
+_KRONROD_W = (0.01146766, 0.03154605, 0.05239501, 0.07032663, 0.08450236, 0.09517529,
               0.10221647, 0.10474107, 0.10221647, 0.09517529, 0.08450236, 0.07032663,
               0.05239501, 0.03154605, 0.01146766)
-KRONROD_L = (7.865151709349917e-08, 1.7347976913907274e-05, 0.0003548008144506193,
+_KRONROD_L = (7.865151709349917e-08, 1.7347976913907274e-05, 0.0003548008144506193,
               0.002846636252924549, 0.014094260903596077, 0.053063261727396636,
               0.17041978741317773, 0.5, 1.4036301548686991, 3.9353484827022642,
               11.644841677041734, 39.53187807410903, 177.5711362220801, 1429.4772912937397,
               54087.416549217705)
-KRONROD_D = (5.538677720489877e-05, 0.002080868285293228, 0.016514126520723166,
+_KRONROD_D = (5.538677720489877e-05, 0.002080868285293228, 0.016514126520723166,
               0.07261900344370877, 0.23985243401862602, 0.6868318249020725,
               1.8551129519182894, 5.0, 14.060031152313941, 43.28941239611009,
               156.58546376397112, 747.9826085305024, 5827.4042950027115, 116754.0197944512,
               25482945.327264845)
 
 
-def _kappa(dx, dy, dz):
+def _kappa(dx, dy, dz, xp=np):
   """Lamb's added-mass coefficient for axis x of an ellipsoid with semi-axes (dx, dy, dz).
 
   kappa = dx dy dz * int_0^inf dl / ((dx^2 + l)^{3/2} sqrt((dy^2 + l)(dz^2 + l))), by MuJoCo's
-  15-point quadrature with l scaled by (dx^3 dy dz)^(2/5) for conditioning.
+  15-point quadrature with l scaled by (dx^3 dy dz)^(2/5) for conditioning. ``xp``: the array
+  module (numpy here, jax.numpy in mjx_py.setconst, which applies it to edited geom sizes).
   """
   ix, iy, iz = 1.0 / (dx * dx), 1.0 / (dy * dy), 1.0 / (dz * dz)
   scale = (dx * dx * dx * dy * dz) ** 0.4
   kappa = 0.0
-  for w, node, jac in zip(KRONROD_W, KRONROD_L, KRONROD_D):
+  for w, node, jac in zip(_KRONROD_W, _KRONROD_L, _KRONROD_D):
     lam = scale * node
-    denom = (1 + lam * ix) * math.sqrt((1 + lam * ix) * (1 + lam * iy) * (1 + lam * iz))
-    kappa += scale * jac / denom * w
+    denom = (1 + lam * ix) * xp.sqrt((1 + lam * ix) * (1 + lam * iy) * (1 + lam * iz))
+    kappa = kappa + scale * jac / denom * w
   return kappa * ix
 
 
-def _added_mass(semi):
-  """Virtual (added) mass (3,) and inertia (3,) of the equivalent ellipsoid (MuJoCo's rule)."""
-  a, b, c = semi
-  kx, ky, kz = _kappa(a, b, c), _kappa(b, c, a), _kappa(c, a, b)
-  vol = 4.0 / 3.0 * math.pi * a * b * c
+def added_mass(semi, xp=np):
+  """Virtual (added) mass (3,) and inertia (3,) of the equivalent ellipsoid with semi-axes
+  ``semi`` (MuJoCo's rule); ``xp`` as in _kappa."""
+  a, b, c = semi[0], semi[1], semi[2]
+  kx, ky, kz = _kappa(a, b, c, xp), _kappa(b, c, a, xp), _kappa(c, a, b, xp)
+  vol = 4.0 / 3.0 * xp.pi * a * b * c
   eps = 1e-14  # mjEPS clip of the denominators
-  mass = np.array([vol * kx / max(eps, 2 - kx), vol * ky / max(eps, 2 - ky),
-                   vol * kz / max(eps, 2 - kz)])
+  mass = xp.stack([vol * kx / xp.maximum(eps, 2 - kx), vol * ky / xp.maximum(eps, 2 - ky),
+                   vol * kz / xp.maximum(eps, 2 - kz)])
 
   def fac(p, q, kp, kq):  # inertia factor about the axis normal to semi-axes p, q
-    return (p * p - q * q) ** 2 * abs(kq - kp) / max(
-        eps, abs(2 * (p * p - q * q) + (p * p + q * q) * (kp - kq)))
-  inertia = np.array([vol * fac(b, c, ky, kz) / 5, vol * fac(c, a, kz, kx) / 5,
+    return (p * p - q * q) ** 2 * xp.abs(kq - kp) / xp.maximum(
+        eps, xp.abs(2 * (p * p - q * q) + (p * p + q * q) * (kp - kq)))
+  inertia = xp.stack([vol * fac(b, c, ky, kz) / 5, vol * fac(c, a, kz, kx) / 5,
                       vol * fac(a, b, kx, ky) / 5])
   return mass, inertia
 
