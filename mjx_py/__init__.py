@@ -6,6 +6,7 @@ Public API (MuJoCo's names)::
   d = mjx_py.make_data(m)                            # reset state at qpos0
   d = mjx_py.reset_data(m, key=0)                    # state stored in keyframe 0
   d = mjx_py.step(m, d)                              # mj_step (also mjx_py.forward)
+  d, ys = mjx_py.rollout(m, d, ctrl, record=f)       # nstep steps in one lax.scan
   dist, geomid = mjx_py.ray(m, d, pnt, vec)          # mj_ray (vmap over rays)
   f = mjx_py.contact_force(m, d)                     # mj_contactForce of every contact
   axes = mjx_py.model_axes(m, ['body_mass'])         # vmap in_axes for per-world fields
@@ -25,6 +26,7 @@ from .forward import forward, step
 from .massprops import inertia_from_geoms
 from .model import Model, Option, Statistic, name2id, put_model
 from .ray import ray
+from .rollout import rollout
 from .setconst import set_const
 from .xla import FAST_COMPILE, enable_compile_cache
 
@@ -60,6 +62,6 @@ def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None,
 
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
-           'forward', 'step', 'set_const', 'inertia_from_geoms', 'ray', 'contact_force',
+           'forward', 'step', 'rollout', 'set_const', 'inertia_from_geoms', 'ray', 'contact_force',
            'model_axes', 'batch_mesh', 'shard_batch', 'replicate', 'FAST_COMPILE',
            'enable_compile_cache']

@@ -140,18 +140,17 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
 
 def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
               compiler_options: dict | None = None):
-  """One world, ``nstep`` steps of random controls in a lax.scan; the loss is the squared final
+  """One world, ``nstep`` steps of random controls (mjx_py.rollout); the loss is the squared final
   qpos, differentiated (jax.grad, reverse mode) with respect to the initial qvel and the control
   sequence. Returns (compile s of the jitted step, compile s of the jitted gradient, seconds
   per forward rollout, seconds per gradient), the runs timed after a warm-up call.
   ``compiler_options``: XLA options of the three compiles (e.g. mjx_py.FAST_COMPILE)."""
   from mjx_py.forward import step
+  from mjx_py.rollout import rollout as run
   m, d0, ctrl = model_and_controls(xml, (nstep,), seed, base_dir)
 
   def rollout(qvel, ctrls):
-    def body(d, c):
-      return step(m, d.__class__(**{**vars(d), 'ctrl': c})), None
-    d = jax.lax.scan(body, d0.__class__(**{**vars(d0), 'qvel': qvel}), ctrls)[0]
+    d = run(m, d0.__class__(**{**vars(d0), 'qvel': qvel}), ctrls)[0]
     return jnp.sum(d.qpos ** 2)
 
   t0 = time.perf_counter()

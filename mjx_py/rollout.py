@@ -1,0 +1,114 @@
+"""Rollouts: ``nstep`` calls of ``step`` in one ``lax.scan``, with per-step inputs and
+recorded outputs (the JAX counterpart of MuJoCo's ``mujoco.rollout`` for one world; vmap it for
+many).
+
+rollout(m, d, ctrl=None, *, nstep=None, inputs=None, record=None) -> (d, ys)
+  ctrl     (nstep, nu): d.ctrl is set to ctrl[t] before step t (None: d.ctrl stays)
+  inputs   {field: (nstep, ...)}: other MuJoCo user inputs set before each step, any of
+           INPUT_FIELDS (ctrl may also be given here)
+  nstep    the number of steps; needed when there are no per-step inputs
+  record   a function Data -> pytree, applied to the Data after each step; ys stacks its
+           results on a leading axis of nstep (None: ys is None)
+  returns  the Data after the last step, and ys
+  reads/writes what ``step`` does (every Data field), nstep times
+
+Why not a hand-written ``lax.scan(lambda d, u: (step(m, replace(d, ctrl=u)), ...), d, ctrl)``:
+it gives the same values, and this function is that scan plus one thing that only changes the
+tracing work under ``jax.grad`` / ``jax.jvp`` / ``jax.vmap``. Those transformations of a scan
+find by a fixed point which parts of the carry carry a tangent (or a batch axis): the body is
+linearized (batched) with the tangents of the initial carry, and when its output has tangents
+the input lacked (the gradient is taken with respect to the initial qvel, the controls or Model
+fields, and a step makes every float field depend on them), the body is linearized again with
+the union. A rollout whose gradient flows from the controls or the initial velocity therefore
+pays for linearizing ``step`` twice. Here every leaf of the initial Data is first given the
+tangent (and batch axis) of whatever the rollout's inputs carry, so the fixed point holds at
+the first pass: each leaf becomes ``where(True, x, x + seed)``, exactly x in value (XLA removes
+the select), with ``seed`` a scalar that depends on one element of each traced input leaf (the
+Model's, the Data's, the per-step inputs'). Measured on the humanoid (float32, 2-core CPU, the
+gradient of the squared final qpos with respect to the initial qvel and 100 steps of controls,
+``mjx_py.testspeed --grad 100``): tracing 5.1 -> 3.9 s, the same gradient bit for bit, the
+same XLA compile and run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .forward import step
+
+# the Data fields MuJoCo's user inputs consist of (mjSTATE_USER without userdata)
+INPUT_FIELDS = ('ctrl', 'qfrc_applied', 'xfrc_applied', 'mocap_pos', 'mocap_quat',
+                'eq_active')
+
+
+def _per_step_inputs(d, ctrl, inputs, nstep):
+  """The per-step inputs as a dict field -> (nstep, ...) array, and nstep; raises ValueError
+  on an unknown field, a shape that does not match the Data's, or disagreeing step counts."""
+  xs = dict(inputs or {})
+  if ctrl is not None:
+    if 'ctrl' in xs:
+      raise ValueError("rollout: ctrl is given both as an argument and in inputs")
+    xs['ctrl'] = ctrl
+  for name, x in xs.items():
+    if name not in INPUT_FIELDS:
+      raise ValueError(f"rollout: '{name}' is not an input field (one of "
+                       f"{', '.join(INPUT_FIELDS)})")
+    x = jnp.asarray(x)
+    want = tuple(getattr(d, name).shape)
+    if x.ndim != len(want) + 1 or tuple(x.shape[1:]) != want:
+      raise ValueError(f"rollout: inputs['{name}'] has shape {tuple(x.shape)}; expected "
+                       f"(nstep,) + {want}")
+    if nstep is not None and x.shape[0] != nstep:
+      raise ValueError(f"rollout: inputs['{name}'] has {x.shape[0]} steps, nstep is {nstep}")
+    nstep = x.shape[0]
+    xs[name] = x.astype(getattr(d, name).dtype)
+  if nstep is None:
+    raise ValueError('rollout: give nstep when there are no per-step inputs')
+  return xs, int(nstep)
+
+
+def _seed(dtype, *trees):
+  """A scalar of value 0 that carries the tangent and batch axis of every traced leaf of
+  ``trees`` (through one element of each); None when no leaf is traced."""
+  leaves = jax.tree_util.tree_leaves(trees)
+  parts = [lax.convert_element_type(jnp.ravel(x)[0], dtype) for x in leaves
+           if isinstance(x, jax.core.Tracer) and x.size]
+  if not parts:
+    return None
+  return jnp.where(True, jnp.zeros((), dtype), sum(parts[1:], parts[0]))
+
+
+def _with_seed(d, seed):
+  """``d`` with every leaf x as where(True, x, x + seed): the same values, and the tangents and
+  batch axes that a step's output will have (see the module docstring)."""
+  def one(x):
+    if jnp.issubdtype(x.dtype, jnp.floating):
+      return jnp.where(True, x, x + seed.astype(x.dtype))
+    if jnp.issubdtype(x.dtype, jnp.integer):
+      # integers carry no tangent; this gives them the batch axis only
+      return jnp.where(True, x, x + lax.convert_element_type(seed, x.dtype))
+    return x
+  return jax.tree_util.tree_map(one, d)
+
+
+def rollout(m, d, ctrl=None, *, nstep=None, inputs=None, record=None):
+  """``nstep`` steps of ``step(m, d)`` in a lax.scan; see the module docstring for the
+  arguments and shapes. Jittable and differentiable in m, d and the inputs (``nstep`` and
+  ``record`` are static); vmap it for a batch of worlds."""
+  xs, nstep = _per_step_inputs(d, ctrl, inputs, nstep)
+  seed = _seed(d.qpos.dtype, m, d, xs)
+  if seed is not None:
+    d = _with_seed(d, seed)
+
+  def body(d, x):
+    d = step(m, dataclasses.replace(d, **x) if x else d)
+    return d, (record(d) if record is not None else None)
+
+  return lax.scan(body, d, xs or None, length=nstep)
+
+
+__all__ = ['rollout', 'INPUT_FIELDS']
