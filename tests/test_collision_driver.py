@@ -381,6 +381,18 @@ def test_capacity_keeps_deepest_pairs(broadphase):
   d = _ours(m, md)
   assert md.ncon == len(DEPTHS)
   _check_deepest(d, md, 5, len(DEPTHS) - 5)
+  # under vmap, a batch in which one world's pairs fit and the other's do not (the pair
+  # selection's top_k runs for the batch, each world keeps its own choice) equals the worlds
+  # alone
+  q = np.array(mj.qpos0)
+  q[2:7 * 5:7] += 0.1                     # lift five spheres: three pairs are left
+  md2 = _theirs(mj, q)
+  assert md2.ncon == 3
+  poses = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), _poses(m, md), _poses(m, md2))
+  both = jax.jit(jax.vmap(collision, in_axes=(None, 0)))(m, poses)
+  for i, alone in enumerate((d, _ours(m, md2))):
+    for x, y in zip(jax.tree_util.tree_leaves(both), jax.tree_util.tree_leaves(alone)):
+      np.testing.assert_array_equal(np.asarray(x)[i], np.asarray(y))
 
 
 CAPSULES = """
