@@ -388,10 +388,16 @@ def test_capacity_keeps_deepest_pairs(broadphase):
   q[2:7 * 5:7] += 0.1                     # lift five spheres: three pairs are left
   md2 = _theirs(mj, q)
   assert md2.ncon == 3
-  poses = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), _poses(m, md), _poses(m, md2))
-  both = jax.jit(jax.vmap(collision, in_axes=(None, 0)))(m, poses)
-  for i, alone in enumerate((d, _ours(m, md2))):
-    for x, y in zip(jax.tree_util.tree_leaves(both), jax.tree_util.tree_leaves(alone)):
+  _check_vmap_equals_alone(m, (md, md2), (d, _ours(m, md2)))
+
+
+def _check_vmap_equals_alone(m, mds, alone):
+  """The vmapped collision of the worlds at MuJoCo's poses ``mds`` equals ``alone``, each
+  world's own result."""
+  poses = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[_poses(m, md) for md in mds])
+  batch = jax.jit(jax.vmap(collision, in_axes=(None, 0)))(m, poses)
+  for i, own in enumerate(alone):
+    for x, y in zip(jax.tree_util.tree_leaves(batch), jax.tree_util.tree_leaves(own)):
       np.testing.assert_array_equal(np.asarray(x)[i], np.asarray(y))
 
 
@@ -417,6 +423,12 @@ def test_capacity_keeps_deepest_contacts(broadphase):
   d = _ours(m, md)
   assert md.ncon == 8
   _check_deepest(d, md, 5, 3)
+  # under vmap, with a world whose contacts fit beside this one: each world as alone
+  q = np.array(mj.qpos0)
+  q[2 + 7 * 2::7] += 0.1                  # lift two capsules: four contacts are left
+  md2 = _theirs(mj, q)
+  assert md2.ncon == 4
+  _check_vmap_equals_alone(m, (md, md2), (d, _ours(m, md2)))
   # the counter accumulates over calls
   d2 = _collision(m, d)
   assert int(d2.warning_counts[1]) == 6

@@ -572,6 +572,28 @@ def _select(keep, slack, k):
   return jax.lax.cond(batch_any(nkeep > k), deepest, lambda _: fits, None)
 
 
+def _deepest_slots(valid, dist, nvalid, cap):
+  """(cap,) int32 slots of the narrowphase results to keep: the cap deepest valid ones when
+  more than cap are valid, else all the valid ones followed by invalid ones (the order does not
+  matter: the kept slots are sorted into MuJoCo's order next, and the unused rows blanked). The
+  top_k is only paid when some world of the batch has more than cap valid contacts (a cond on
+  batch_any, as in _select). Measured on the humanoid at batch 1024: it was 0.9 of 112 ms of
+  profiled operations per step, run every step under vmap."""
+  pos = jnp.arange(cap)
+  # the valid slots in order, then the first invalid slot (there is one when nvalid <= cap,
+  # as the caller has more slots than cap)
+  first_invalid = jnp.argmin(valid).astype(jnp.int32)
+  fits = jnp.where(pos < nvalid, jnp.nonzero(valid, size=cap, fill_value=0)[0], first_invalid)
+
+  def deepest(_):
+    depth = jnp.where(valid, jnp.where(jnp.isnan(dist), jnp.finfo(dist.dtype).max, dist),
+                      jnp.inf)
+    top = jax.lax.top_k(-jax.lax.stop_gradient(depth), cap)[1]
+    return jnp.where(nvalid > cap, top, fits).astype(jnp.int32)
+
+  return jax.lax.cond(batch_any(nvalid > cap), deepest, lambda _: fits.astype(jnp.int32), None)
+
+
 def _table_pairs(m, d, override):
   """Table path: per type group (t1, t2, ncon, h1, h2, pairid, keep, keys), and the pairs dropped.
 
@@ -1001,8 +1023,7 @@ def collision(m, d):
   nslot = dist.shape[0]
   nvalid = jnp.sum(valid, dtype=jnp.int32)
   if nslot > cap:
-    depth = jnp.where(valid, jnp.where(jnp.isnan(dist), jnp.finfo(dtype).max, dist), jnp.inf)
-    _, idx = jax.lax.top_k(-jax.lax.stop_gradient(depth), cap)
+    idx = _deepest_slots(valid, dist, nvalid, cap)
   else:
     idx = jnp.arange(nslot, dtype=jnp.int32)
   sort_keys = [(~valid[idx]).astype(jnp.int32)] + [k[idx] for k in keys] + [index[idx]]
