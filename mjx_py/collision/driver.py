@@ -551,47 +551,42 @@ def _lex_order(keys):
   return jnp.sum(jnp.where(rank[None, :] == i[:, None], i[None, :], 0), axis=1)
 
 
+def _top_k_if_over(score, k, over, fits):
+  """(k,) int32 indices: ``fits`` (k,), or, in a world that is ``over`` its capacity, the k
+  entries of largest ``score`` (top_k). The top_k only runs when some world of the batch is
+  over: the cond's predicate is batch_any, so it stays a cond under vmap, where a world's own
+  predicate would make it a select that runs top_k every step. Measured on the humanoid at
+  batch 1024 (float32, 2-core CPU): the two top_k of a step (_select, _deepest_slots) were 2.6
+  of 112 ms of profiled operations, with no world over either capacity."""
+  def best(_):
+    top = jax.lax.top_k(jax.lax.stop_gradient(score), k)[1].astype(jnp.int32)
+    return jnp.where(over, top, fits)
+  return jax.lax.cond(batch_any(over), best, lambda _: fits, None)
+
+
 def _select(keep, slack, k):
   """(indices (k,), selected (k,) bool) of the pairs to run: all the kept ones (in order) when
-  at most k are kept, else the k kept pairs that overlap their bounds the most. top_k is only
-  paid when some world of the batch keeps more than k (the cond's predicate is batch_any, so
-  it stays a cond under vmap; a world's own count picks its result). Measured on the humanoid
-  at batch 1024 (float32, 2-core CPU): the top_k, which ran every step under vmap, was 1.7 of
-  112 ms of profiled operations per step."""
+  at most k are kept, else the k kept pairs that overlap their bounds the most."""
   nkeep = jnp.sum(keep, dtype=jnp.int32)
-  sel = jnp.nonzero(keep, size=k, fill_value=0)[0].astype(jnp.int32)
-  fits = (sel, jnp.arange(k) < nkeep)
-
-  def deepest(_):
-    dtype = slack.dtype
-    score = jnp.where(keep, -jnp.where(jnp.isnan(slack), jnp.finfo(dtype).max, slack), -jnp.inf)
-    top = jax.lax.top_k(jax.lax.stop_gradient(score), k)[1].astype(jnp.int32)
-    over = nkeep > k
-    return jnp.where(over, top, fits[0]), jnp.where(over, keep[top], fits[1])
-
-  return jax.lax.cond(batch_any(nkeep > k), deepest, lambda _: fits, None)
+  over = nkeep > k
+  score = jnp.where(keep, -jnp.where(jnp.isnan(slack), jnp.finfo(slack.dtype).max, slack),
+                    -jnp.inf)
+  fits = jnp.nonzero(keep, size=k, fill_value=0)[0].astype(jnp.int32)
+  sel = _top_k_if_over(score, k, over, fits)
+  return sel, jnp.where(over, keep[sel], jnp.arange(k) < nkeep)
 
 
 def _deepest_slots(valid, dist, nvalid, cap):
   """(cap,) int32 slots of the narrowphase results to keep: the cap deepest valid ones when
   more than cap are valid, else all the valid ones followed by invalid ones (the order does not
-  matter: the kept slots are sorted into MuJoCo's order next, and the unused rows blanked). The
-  top_k is only paid when some world of the batch has more than cap valid contacts (a cond on
-  batch_any, as in _select). Measured on the humanoid at batch 1024: it was 0.9 of 112 ms of
-  profiled operations per step, run every step under vmap."""
-  pos = jnp.arange(cap)
+  matter: the kept slots are sorted into MuJoCo's order next, and the unused rows blanked)."""
   # the valid slots in order, then the first invalid slot (there is one when nvalid <= cap,
   # as the caller has more slots than cap)
   first_invalid = jnp.argmin(valid).astype(jnp.int32)
-  fits = jnp.where(pos < nvalid, jnp.nonzero(valid, size=cap, fill_value=0)[0], first_invalid)
-
-  def deepest(_):
-    depth = jnp.where(valid, jnp.where(jnp.isnan(dist), jnp.finfo(dist.dtype).max, dist),
-                      jnp.inf)
-    top = jax.lax.top_k(-jax.lax.stop_gradient(depth), cap)[1]
-    return jnp.where(nvalid > cap, top, fits).astype(jnp.int32)
-
-  return jax.lax.cond(batch_any(nvalid > cap), deepest, lambda _: fits.astype(jnp.int32), None)
+  fits = jnp.where(jnp.arange(cap) < nvalid, jnp.nonzero(valid, size=cap, fill_value=0)[0],
+                   first_invalid).astype(jnp.int32)
+  depth = jnp.where(valid, jnp.where(jnp.isnan(dist), jnp.finfo(dist.dtype).max, dist), jnp.inf)
+  return _top_k_if_over(-depth, cap, nvalid > cap, fits)
 
 
 def _table_pairs(m, d, override):
