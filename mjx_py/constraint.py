@@ -337,7 +337,7 @@ def _contact_jac(m, d, pos, frame, b1, b2):
   a2 = jnp.cross(off2[:, None, :], frame)
 
   def dot3(u, w):   # (n, i, 3) . (nv, 3) -> (n, i, nv), written out as three products
-    return sum(u[:, :, k, None] * w[None, None, :, k] for k in range(3))
+    return math.matmul_small(u, w.T)
 
   ds = (s2 - s1)[:, None, :]
   tran = ds * dot3(frame, lin) + s2[:, None, :] * dot3(a2, ang) - s1[:, None, :] * dot3(a1, ang)

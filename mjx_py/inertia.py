@@ -68,7 +68,7 @@ def crb(m, d):
   crb_body = tree.subtree_sum(m, d.cinert)
   # F_i = crb(body of dof i) * cdof_i; M[i, j] = cdof_j . F_i for j an ancestor-or-self of i
   force = jax.vmap(math.mul_inert_vec)(crb_body[m.dof_bodyid], d.cdof)
-  lower = jnp.where(m.dof_ancestor > 0, force @ d.cdof.T, 0.0)
+  lower = jnp.where(m.dof_ancestor > 0, math.matmul_small(force, d.cdof.T), 0.0)
   qm = lower + lower.T - jnp.diag(jnp.diag(lower)) + jnp.diag(m.dof_armature)
   return dataclasses.replace(d, qM=qm)
 

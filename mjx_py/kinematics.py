@@ -125,8 +125,8 @@ def _body_inputs(m, d):
 def _local_to_global(xpos, xmat, pos, quat):
   """Pose of an element fixed in a body: (global position, flattened rotation matrix)."""
   rot = xmat.reshape(-1, 3, 3)
-  return (xpos + jnp.einsum('nij,nj->ni', rot, pos),
-          (rot @ math.quat_to_mat(quat)).reshape(-1, 9))
+  return (xpos + math.matvec_small(rot, pos),
+          math.matmul_small(rot, math.quat_to_mat(quat)).reshape(-1, 9))
 
 
 def kinematics(m, d):

@@ -22,6 +22,25 @@ def safe_norm(x, axis=-1, keepdims=False):
   return n if keepdims else jnp.squeeze(n, axis=axis)
 
 
+def matmul_small(a, b):
+  """a @ b for a small contracted axis: a (..., i, k), b (..., k, j) -> (..., i, j), written
+  as k broadcast products summed term by term (no dot or reduce operation). Under vmap on CPU,
+  XLA fuses these into loops that run across the batch, where a batched dot of tiny matrices
+  runs as one small matrix kernel (YNNPACK or Eigen) per world. Measured in the step's 3x3 and
+  6-long contractions (kinematics' frame products, the composite inertia's cdof products, the
+  bodies' rotated inertias; float32, 2-core CPU, rollouts in one process, best of 5): hopper
+  at batch 1024 22,206 -> 24,635 env-steps/s and at batch 64 16,335 -> 17,118, the ant at
+  batch 1024 9,353 -> 9,434 (median 8,988 -> 9,418), the humanoid at batch 1024 13,677 ->
+  14,026, batch 1 unchanged. For k of a few dozen or more use a dot."""
+  return sum(a[..., :, k, None] * b[..., None, k, :] for k in range(a.shape[-1]))
+
+
+def matvec_small(a, x):
+  """a @ x for a small contracted axis: a (..., i, k), x (..., k) -> (..., i) (see
+  matmul_small)."""
+  return sum(a[..., :, k] * x[..., None, k] for k in range(a.shape[-1]))
+
+
 def safe_div(num, den, eps=MINVAL):
   """num / den, with den replaced by eps where |den| < eps (keeps gradients finite)."""
   small = jnp.abs(den) < eps
@@ -143,9 +162,10 @@ def dof_com(axis, offset):
 def inert_com(inertia, imat, dif, mass):
   """cinert 10-vector of a body: principal ``inertia`` (3,) in frame ``imat`` (3, 3), centre of
   mass at ``dif`` from the reference point (MuJoCo's mju_inertCom)."""
-  full = imat @ jnp.diag(inertia) @ imat.T
+  full = matmul_small(imat * inertia[None, :], imat.T)
   # parallel-axis shift: I + m (|d|^2 1 - d d^T)
-  full = full + mass * (jnp.dot(dif, dif) * jnp.eye(3) - jnp.outer(dif, dif))
+  sq = dif[0] * dif[0] + dif[1] * dif[1] + dif[2] * dif[2]
+  full = full + mass * (sq * jnp.eye(3, dtype=dif.dtype) - dif[:, None] * dif[None, :])
   return jnp.concatenate([
       jnp.stack([full[0, 0], full[1, 1], full[2, 2], full[0, 1], full[0, 2], full[1, 2]]),
       mass * dif, mass[None]])
