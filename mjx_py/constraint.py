@@ -336,12 +336,12 @@ def _contact_jac(m, d, pos, frame, b1, b2):
   a1 = jnp.cross(off1[:, None, :], frame)                           # (n, 3 axes, 3)
   a2 = jnp.cross(off2[:, None, :], frame)
 
-  def dot3(u, w):   # (n, i, 3) . (nv, 3) -> (n, i, nv), written out as three products
-    return math.matmul_small(u, w.T)
-
+  # (n, i, 3) . (nv, 3) -> (n, i, nv), written out as three products (math.matmul_small)
+  ang_t, lin_t = ang.T, lin.T
   ds = (s2 - s1)[:, None, :]
-  tran = ds * dot3(frame, lin) + s2[:, None, :] * dot3(a2, ang) - s1[:, None, :] * dot3(a1, ang)
-  rot = ds * dot3(frame, ang)
+  tran = (ds * math.matmul_small(frame, lin_t) + s2[:, None, :] * math.matmul_small(a2, ang_t)
+          - s1[:, None, :] * math.matmul_small(a1, ang_t))
+  rot = ds * math.matmul_small(frame, ang_t)
   return jnp.concatenate([tran, rot], axis=1)
 
 
