@@ -34,9 +34,10 @@ ls_iterations + 3 evaluations of the 1-D cost; one evaluation per loop step, as 
 of masked selects),
 the move, the constraint update and the new gradient grad = M qacc - qfrc_smooth - J' force;
 Newton preconditions with the Hessian H = M + J' diag(D of the QUADRATIC rows) J + the middle-
-zone cone blocks J_c' H_c J_c (H_c from mj_constraintUpdate), factored densely each iteration
-(Gauss-Jordan of mjx_py.linalg: MuJoCo updates its Cholesky factor incrementally, which gives
-the same matrix up to rounding); CG preconditions with M^-1 and updates the direction with
+zone cone blocks J_c' H_c J_c (H_c from mj_constraintUpdate), solved densely each iteration
+(mjx_py.linalg.solve_direct, Gauss-Jordan on [H | grad] whose loops narrow to the columns left
+to eliminate: MuJoCo updates its Cholesky factor incrementally, which gives the same direction up
+to rounding); CG preconditions with M^-1 and updates the direction with
 Polak-Ribiere (beta clamped at 0). Termination as MuJoCo: the line search returns 0, or the
 scaled improvement or gradient (scale = 1 / (meaninertia max(1, nv))) falls below
 opt.tolerance. Warm start: qacc_warmstart unless the warmstart flag is disabled or its total
@@ -82,7 +83,7 @@ env-steps/s, the ant at batch 1 from 1,370 to 2,422, the humanoid from 3,639-3,8
 Chunks (CPU). On CPU a batch larger than CPU_CHUNK = 64 worlds runs each iteration only on its
 worlds still iterating: their indices are gathered (a fixed-size nonzero), the iteration runs on
 chunks of 64 of them in a loop whose trip count is the number of chunks needed, and the results
-are scattered back. Converged worlds then cost nothing, and one chunk's Hessians and inverses
+are scattered back. Converged worlds then cost nothing, and one chunk's Hessians and solves
 stay in cache. The iterates are the same (each world's arithmetic is unchanged). Measured on
 the humanoid (20-step vmapped rollouts, 2 cores; worlds iterating per iteration at batch 1024:
 about 1007, 790, 480, 160, 35, 5): batch 1024 went from 6,584 to 8,382 env-steps/s (chunks of
@@ -475,8 +476,9 @@ def _update_bracket(pts, cands):
   return jnp.take_along_axis(both, idx[:, None, None], axis=1)[:, 0], idx > 0
 
 
-# line-search phases: what the point evaluated in this step is
-_P0, _P1, _OS, _P1NEXT, _MID, _U1, _U2 = 0, 1, 2, 3, 4, 5, 6
+# line-search phases: what the point evaluated in this step is; _STOP: the search has ended
+# (returned, or ran out of evaluations), its state no longer changes
+_P0, _P1, _OS, _P1NEXT, _MID, _U1, _U2, _STOP = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 class _Config(NamedTuple):
@@ -495,27 +497,32 @@ class _Params(NamedTuple):
   scale: jax.Array
 
 
-def _ls_init(ln: _Line, snorm, prm: _Params):
-  """The line search's state before its first evaluation (CGsearch's setup)."""
+def _ls_init(ln: _Line, snorm, prm: _Params, frozen):
+  """The line search's state before its first evaluation (CGsearch's setup); a frozen world
+  (converged, or a chunk's padding) starts done."""
   dtype = ln.jar.dtype
   zero4 = jnp.zeros((4,), dtype)
-  return dict(phase=jnp.int32(_P0), nxt=jnp.zeros((), dtype), p0=zero4, p1=zero4, p2=zero4,
-              p1n=zero4, p2n=zero4, pmid=zero4,
-              done=snorm < MINVAL,                  # search vector too small: alpha 0
+  done = (snorm < MINVAL) | frozen          # search vector too small: alpha 0
+  return dict(phase=jnp.where(done, _STOP, _P0).astype(jnp.int32), nxt=jnp.zeros((), dtype),
+              p0=zero4, p1=zero4, p2=zero4, p1n=zero4, p2n=zero4, pmid=zero4, done=done,
               alpha=jnp.zeros((), dtype), slope=jnp.ones((), dtype), neval=jnp.int32(0),
               dir=jnp.ones((), dtype), p2upd=jnp.zeros((), bool), pend2=jnp.zeros((), bool),
               gtol=prm.tol * prm.ls_tol * snorm / prm.scale,
               slopescl=prm.scale / jnp.where(snorm > 0, snorm, 1.0))
 
 
-def _ls_step(ls_iter: int, p: _Problem, ln: _Line, s):
+def _ls_step(ls_iter: int, limit: int, p: _Problem, ln: _Line, s):
   """One evaluation of MuJoCo's CGsearch and its control flow up to the next evaluation (or
-  the return), as masked selects. ``s`` is the state of _ls_init."""
+  the return), as masked selects. ``s`` is the state of _ls_init.
+
+  A stopped search (phase _STOP) keeps its state: every update below is keyed to a phase of
+  the search (so no per-field select is needed when a batch steps worlds that have stopped).
+  The search stops when it returns or after ``limit`` evaluations."""
   dtype = ln.jar.dtype
   gtol, slopescl = s['gtol'], s['slopescl']
   e = _eval(p, ln, s['nxt'])
-  neval = s['neval'] + 1
   ph = s['phase']
+  neval = s['neval'] + (ph != _STOP)
   p0 = jnp.where(ph == _P0, e, s['p0'])
   p1 = jnp.where(ph == _P1, jnp.where(p0[_COST] < e[_COST], p0, e),
                  jnp.where(ph == _OS, e, s['p1']))
@@ -579,8 +586,8 @@ def _ls_step(ls_iter: int, p: _Problem, ln: _Line, s):
   nxt = jnp.select([first, go | to_p1next, to_u1, to_u2, br_go],
                    [_newton_alpha(p0), _newton_alpha(p1), _newton_alpha(p1), _newton_alpha(p2),
                     0.5 * (p1[_ALPHA] + p2[_ALPHA])], s['nxt'])
-  phase = jnp.select([first, go, to_p1next, to_u1, to_u2, br_go],
-                     [_P1, _OS, _P1NEXT, _U1, _U2, _MID], ph).astype(jnp.int32)
+  phase = jnp.select([done | (neval >= limit), first, go, to_p1next, to_u1, to_u2, br_go],
+                     [_STOP, _P1, _OS, _P1NEXT, _U1, _U2, _MID], ph).astype(jnp.int32)
   return dict(s, phase=phase, nxt=nxt, p0=p0, p1=p1, p2=p2, p1n=p1n, p2n=p2n, pmid=pmid,
               done=done, alpha=alpha, slope=slope, neval=neval, dir=direc, p2upd=p2upd,
               pend2=pend2)
@@ -604,13 +611,8 @@ def _linesearch_batch(cfg: _Config, P: _Problem, LN: _Line, S):
   still searching, in a loop that ends when no world searches (every path of CGsearch returns
   within ls_iterations + 3 evaluations, and a world stops at ls_iterations + 4)."""
   limit = cfg.ls_iterations + 4
-  step = jax.vmap(lambda p, ln, s: _ls_step(cfg.ls_iterations, p, ln, s))
-
-  def searching(S):
-    return ~S['done'] & (S['neval'] < limit)
-
-  S = lax.while_loop(lambda S: jnp.any(searching(S)),
-                     lambda S: _select(searching(S), step(P, LN, S), S), S)
+  step = jax.vmap(lambda p, ln, s: _ls_step(cfg.ls_iterations, limit, p, ln, s))
+  S = lax.while_loop(lambda S: jnp.any(S['phase'] != _STOP), lambda S: step(P, LN, S), S)
   return jax.vmap(_ls_result)(S)
 
 
@@ -708,7 +710,7 @@ def _direction(p: _Problem, c: _Carry, nblock=None):
   """Newton's search direction at the carry's point (one world): -H^-1 grad, H the Hessian of
   the carry's constraint update (MuJoCo computes it right after the move; it is computed here,
   at the start of the next iteration, so that a world that converged never factors it)."""
-  Mgrad = linalg.inverse(_hessian(p, c.up, nblock)) @ c.grad
+  Mgrad = linalg.solve_direct(_hessian(p, c.up, nblock), c.grad)
   return c._replace(Mgrad=Mgrad, search=-Mgrad)
 
 
@@ -751,8 +753,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
       C = lax.cond(first, lambda C: C, lambda C: jax.vmap(_direction, in_axes=(0, 0, None))(
           P, C, _row_blocks(P)), C)
     snorm, Mv, Jv, LN = prep(P, C)
-    S = jax.vmap(_ls_init)(LN, snorm, prm)
-    S['done'] = S['done'] | frozen
+    S = jax.vmap(_ls_init)(LN, snorm, prm, frozen)
     alpha, slope, neval = _linesearch_batch(cfg, P, LN, S)
     new, stats = move(P, prm, C, first, alpha, slope, neval, Mv, Jv)
     zero = jax.tree_util.tree_map(lambda x: x[:frozen.shape[0]], zeros)

@@ -1,6 +1,6 @@
-"""mjx_py.linalg: the Gauss-Jordan inverse and the implicit-gradient solves, alone, under vmap
-(the batched, batch-minor elimination of mjx_py.batching.per_world) and under nested vmaps,
-against numpy in float64."""
+"""mjx_py.linalg: the Gauss-Jordan inverse, the direct solve and the implicit-gradient solves,
+alone, under vmap (the batched, batch-minor elimination of mjx_py.batching.per_world) and under
+nested vmaps, against numpy in float64."""
 
 from __future__ import annotations
 
@@ -42,6 +42,25 @@ def test_inverse_unbatched_vmapped_and_nested(n):
   shared = jax.jit(jax.vmap(lambda _: linalg.inverse(a[1, 2])))(jnp.arange(5))
   np.testing.assert_allclose(shared, np.broadcast_to(expect[1, 2], (5, n, n)), rtol=1e-9,
                              atol=1e-12 * np.abs(expect).max())
+
+
+@pytest.mark.parametrize('n', [1, 6, 12, 27, 40])
+def test_solve_direct_unbatched_vmapped_and_nested(n):
+  """The Newton direction's solve (Gauss-Jordan on [a | b] in column-narrowing loops: one loop
+  below 12 columns, three from 12 on) against numpy, alone, under vmap, nested vmaps and with
+  an unbatched matrix shared by the worlds; a nonsymmetric a with nonzero leading minors too."""
+  rng = np.random.default_rng(n)
+  a = _spd((3, 4), n) + 0.01 * rng.normal(size=(3, 4, n, n))
+  b = rng.normal(size=(3, 4, n)) * 10.0 ** rng.uniform(-2, 2, size=(3, 4, 1))
+  expect = np.linalg.solve(a, b[..., None])[..., 0]
+  tol = dict(rtol=1e-9, atol=1e-12 * np.abs(expect).max())
+  np.testing.assert_allclose(jax.jit(linalg.solve_direct)(a[0, 0], b[0, 0]), expect[0, 0], **tol)
+  np.testing.assert_allclose(jax.jit(jax.vmap(linalg.solve_direct))(a[0], b[0]), expect[0],
+                             **tol)
+  np.testing.assert_allclose(jax.jit(jax.vmap(jax.vmap(linalg.solve_direct)))(a, b), expect,
+                             **tol)
+  shared = jax.jit(jax.vmap(lambda x: linalg.solve_direct(a[1, 2], x)))(b[1])
+  np.testing.assert_allclose(shared, np.linalg.solve(a[1, 2], b[1].T).T, **tol)
 
 
 def test_general_solve_without_pivoting():
