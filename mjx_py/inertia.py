@@ -74,6 +74,6 @@ def crb(m, d):
 
 
 def solve_m(m, d, x):
-  """Solves qM y = x (x: (nv,) or (nv, k)) with a dense Cholesky factorisation (mj_solveM;
+  """Solves qM y = x (x: (nv,) or (nv, k)) by dense Gauss-Jordan elimination (mj_solveM;
   plain JAX, see mjx_py.linalg for why not LAPACK)."""
   return linalg.solve_spd(d.qM, x)

@@ -61,6 +61,10 @@ def test_solve_direct_unbatched_vmapped_and_nested(n):
                              **tol)
   shared = jax.jit(jax.vmap(lambda x: linalg.solve_direct(a[1, 2], x)))(b[1])
   np.testing.assert_allclose(shared, np.linalg.solve(a[1, 2], b[1].T).T, **tol)
+  # several right-hand sides (n, k)
+  many = np.swapaxes(b[:, :2], 1, 2)                                # (3, n, 2)
+  np.testing.assert_allclose(jax.jit(jax.vmap(linalg.solve_direct))(a[:, 0], many),
+                             np.linalg.solve(a[:, 0], many), **tol)
 
 
 def test_general_solve_without_pivoting():
@@ -94,3 +98,34 @@ def test_solve_gradients_are_implicit():
   db[1, 3] = eps
   np.testing.assert_allclose(gb[1, 3], (loss(a, b + db) - loss(a, b - db)) / (2 * eps),
                              rtol=1e-5, atol=tol)
+
+
+@pytest.mark.parametrize('fn', [linalg.solve_spd, linalg.solve], ids=['spd', 'general'])
+def test_solve_value_path_and_second_derivatives(fn):
+  """Undifferentiated, the solves take solve_direct's value; differentiated, the implicit
+  solve's (a custom JVP): both equal numpy, forward- and reverse-mode first derivatives agree,
+  and second derivatives (forward over reverse) equal the analytic Hessian in b, 2 a^-T W a^-1
+  for the loss sum(w y^2), and central differences of the gradient in a."""
+  rng = np.random.default_rng(5)
+  a = _spd((), 6, seed=6) + (0.01 * rng.normal(size=(6, 6)) if fn is linalg.solve else 0.0)
+  b = rng.normal(size=(6,))
+  w = rng.uniform(0.5, 2.0, size=(6,))
+  expect = np.linalg.solve(a, b)
+  np.testing.assert_allclose(jax.jit(fn)(a, b), expect, rtol=1e-10)
+  y, dy = jax.jvp(fn, (a, b), (np.zeros_like(a), np.eye(6)[2]))
+  np.testing.assert_allclose(y, expect, rtol=1e-10)
+  np.testing.assert_allclose(dy, np.linalg.solve(a, np.eye(6)[2]), rtol=1e-10)
+
+  def loss(a, b):
+    return jnp.sum(w * fn(a, b) ** 2)
+
+  inv = np.linalg.inv(a)
+  hess_b = jax.jit(jax.hessian(loss, argnums=1))(a, b)
+  np.testing.assert_allclose(hess_b, 2 * inv.T @ np.diag(w) @ inv, rtol=1e-9)
+  grad_a = jax.jit(jax.grad(loss))
+  da = np.zeros_like(a)
+  da[1, 4] = 1.0
+  second = jax.jvp(grad_a, (a, b), (da, np.zeros_like(b)))[1]
+  eps = 1e-6
+  fd = (grad_a(a + eps * da, b) - grad_a(a - eps * da, b)) / (2 * eps)
+  np.testing.assert_allclose(second, fd, rtol=1e-5, atol=1e-7 * np.abs(fd).max())
