@@ -932,14 +932,22 @@ def _force_at_jvp(primals, tangents):
   return fstar, df
 
 
-def _used_rows_product(nefc, n, small_fn, full_fn):
-  """full_fn() (the product over all n efc rows) computed over the first row_bucket(n) rows by
-  small_fn() when no world of the batch uses more (a lax.cond on the whole batch, as the
-  iterations' row bucket): the rows beyond nefc are zero and add nothing."""
+def _rows_product(J, v, nefc, transpose=False):
+  """J v (N,), or J' v (nv,) with ``transpose``, for the efc Jacobian J (N, nv): over its first
+  row_bucket(N) rows when no world of the batch uses more (a lax.cond on the whole batch, as
+  the iterations' row bucket), since the rows beyond nefc are zero and add nothing."""
+  n = J.shape[0]
   k = row_bucket(n)
+
+  def full():
+    return J.T @ v if transpose else J @ v
+
+  def small():
+    return J[:k].T @ v[:k] if transpose else jnp.pad(J[:k] @ v, (0, n - k))
+
   if k >= n:
-    return full_fn()
-  return lax.cond(batch_any(nefc > k), full_fn, small_fn)
+    return full()
+  return lax.cond(batch_any(nefc > k), full, small)
 
 
 def _check(m):
@@ -1061,11 +1069,7 @@ def solve_info(m, d):
   dtype = d.qacc_smooth.dtype
   prm = _params(m, dtype)
   warm = lax.stop_gradient(d.qacc_warmstart)
-  N = d.efc_J.shape[0]
-  efc_b = _used_rows_product(
-      d.nefc, N, lambda: jnp.pad(d.efc_J[:row_bucket(N)] @ d.qacc_smooth,
-                                 (0, N - row_bucket(N))),
-      lambda: d.efc_J @ d.qacc_smooth) - d.efc_aref
+  efc_b = _rows_product(d.efc_J, d.qacc_smooth, d.nefc) - d.efc_aref
   use_dual = bool(dual_rows(m))
   if use_dual:
     dp = jax.tree_util.tree_map(lax.stop_gradient, dual.problem(d, d.efc_AR, efc_b))
@@ -1109,9 +1113,7 @@ def solve_info(m, d):
     niter = niter + ns_niter
   else:
     stats = _merge_stats(stats, niter, None, _nstats(m))
-  qfrc_constraint = _used_rows_product(
-      d.nefc, N, lambda: d.efc_J[:row_bucket(N)].T @ force[:row_bucket(N)],
-      lambda: d.efc_J.T @ force)
+  qfrc_constraint = _rows_product(d.efc_J, force, d.nefc, transpose=True)
 
   improvement, gradient, slope, nactive, nchange, neval = stats
   sol = Solution(force, state, niter, improvement, gradient, slope, nactive, nchange, neval)
