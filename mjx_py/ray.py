@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .math import MINVAL
+from .math import MINVAL, concrete
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = range(8)
 NGROUP = 6  # mjNGROUP
@@ -53,14 +53,6 @@ NGROUP = 6  # mjNGROUP
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
-
-def _concrete(x):
-  """x as a numpy array if it is concrete (not traced), else None."""
-  try:
-    return np.asarray(x)
-  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return None
-
 
 def _div(num, den):
   """num / den with den = 0 replaced by 1 (for quotients that are discarded there)."""
@@ -346,7 +338,7 @@ def ray_hfield(m, geom, pos, mat, pnt, vec, ncell):
 def _type_ids(m, geomtype):
   """Geoms that may have type ``geomtype``: exactly those (static) when the Model's geom_type is
   concrete, else every geom (the caller selects by type)."""
-  gtype = _concrete(m.geom_type)
+  gtype = concrete(m.geom_type)
   if gtype is None:
     return np.arange(m.ngeom)
   return np.nonzero(gtype == geomtype)[0]
@@ -354,7 +346,7 @@ def _type_ids(m, geomtype):
 
 def _mesh_width(m, ids):
   """Faces to test per mesh geom (static): the largest mesh among ``ids`` if known."""
-  facenum, dataid = _concrete(m.mesh_facenum), _concrete(m.geom_dataid)
+  facenum, dataid = concrete(m.mesh_facenum), concrete(m.geom_dataid)
   if facenum is None or dataid is None:
     return max(m.nmeshface, 1)
   used = dataid[ids]
@@ -365,8 +357,8 @@ def _mesh_width(m, ids):
 def _hfield_width(m, ids):
   """Grid cells to test per height-field geom (static): the largest grid among ``ids`` if
   known."""
-  nrow, ncol, dataid = (_concrete(m.hfield_nrow), _concrete(m.hfield_ncol),
-                        _concrete(m.geom_dataid))
+  nrow, ncol, dataid = (concrete(m.hfield_nrow), concrete(m.hfield_ncol),
+                        concrete(m.geom_dataid))
   if nrow is None or ncol is None or dataid is None:
     return max(m.nhfielddata, 1)
   used = dataid[ids]

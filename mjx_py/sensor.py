@@ -75,7 +75,7 @@ import numpy as np
 
 from . import math, tree, velocity
 from .errors import NotSupportedError
-from .math import MINVAL
+from .math import MINVAL, concrete
 from .model import static_leaf
 from .passive import _sub_quat
 from .ray import PRIMITIVES as RAY_PRIMITIVES
@@ -123,14 +123,6 @@ _RNE_POST = (ACCELEROMETER, FORCE, TORQUE, FRAMELINACC, FRAMEANGACC)
 # ---------------------------------------------------------------------------------------------
 # Helpers
 
-def _concrete(x):
-  """x as a numpy array when it is concrete (the Model is not traced), else None."""
-  try:
-    return np.asarray(x)
-  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-    return None
-
-
 def _with_static(m):
   """m with the sensors' structural index fields (mjx_py.model.SENSOR_STATIC) concrete: a
   traced Model (a jit argument, a vmapped batch) gets put_model's concrete arrays for them, so
@@ -138,7 +130,7 @@ def _with_static(m):
   Without them (a Model not built by put_model in this process) the traced path remains."""
   swap = {}
   for name, values in getattr(m, 'sensor_static', ()):
-    if _concrete(getattr(m, name)) is None:
+    if concrete(getattr(m, name)) is None:
       leaf = static_leaf(name, values)
       if leaf is not None:
         swap[name] = leaf
@@ -148,7 +140,7 @@ def _with_static(m):
 def _ids(m, stype):
   """Sensors to evaluate for type ``stype``: exactly those (static) when the Model is concrete,
   else every sensor (the writer keeps the ones of that type)."""
-  types = _concrete(m.sensor_type)
+  types = concrete(m.sensor_type)
   if types is None:
     return np.arange(m.nsensor)
   return np.nonzero(types == stype)[0]
@@ -156,7 +148,7 @@ def _ids(m, stype):
 
 def _write(m, data, stype, ids, vals):
   """Scatters vals (len(ids), dim) into sensordata at the sensors of type ``stype``."""
-  types, adrs = _concrete(m.sensor_type), _concrete(m.sensor_adr)
+  types, adrs = concrete(m.sensor_type), concrete(m.sensor_adr)
   if types is not None and adrs is not None:                   # static addresses
     keep = types[ids] == stype
     idx = adrs[ids][keep][:, None] + np.arange(vals.shape[1])
@@ -170,7 +162,7 @@ def _write(m, data, stype, ids, vals):
 def _cutoff(m, data, stage):
   """MuJoCo's apply_cutoff for the sensors of ``stage``: REAL clipped to [-cutoff, cutoff],
   POSITIVE to <= cutoff, where cutoff > 0; fromto untouched."""
-  vals = [_concrete(getattr(m, f)) for f in ('sensor_type', 'sensor_datatype',
+  vals = [concrete(getattr(m, f)) for f in ('sensor_type', 'sensor_datatype',
                                              'sensor_needstage', 'sensor_cutoff', 'sensor_adr',
                                              'sensor_dim')]
   if all(v is not None for v in vals):                         # static element sets
@@ -198,7 +190,7 @@ def _check_types(m):
   for t in m.sensor_types:
     if t not in _INFO:
       name = 'plugin' if t == PLUGIN else 'user' if t == USER else f'type {t}'
-      types = _concrete(m.sensor_type)
+      types = concrete(m.sensor_type)
       names = dict(m.names).get('sensor', ())
       which = [names[i] or f'#{i}' for i in np.nonzero(types == t)[0]] if (
           types is not None and len(names) == len(types)) else []
@@ -252,7 +244,7 @@ def _frame_rows(m, objtype, objid):
   static numpy array when the inputs are concrete, else traced."""
   sizes = (m.nbody, m.nbody, m.ngeom, m.nsite, m.ncam)
   starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-  types, ids = _concrete(objtype), _concrete(objid)
+  types, ids = concrete(objtype), concrete(objid)
   if types is not None and ids is not None:
     row = np.zeros(ids.shape, np.int32)
     ok = np.zeros(ids.shape, bool)
@@ -730,8 +722,8 @@ def _body_force(cinert, cacc, cvel):
 def _touch_shapes(m):
   """The site types of the touch sensors' sites (sorted), or every ray primitive when the
   Model is traced."""
-  stype, obj, site_type = (_concrete(m.sensor_type), _concrete(m.sensor_objid),
-                           _concrete(m.site_type))
+  stype, obj, site_type = (concrete(m.sensor_type), concrete(m.sensor_objid),
+                           concrete(m.site_type))
   if stype is None or obj is None or site_type is None:
     return sorted(RAY_PRIMITIVES)
   sites = np.clip(obj[stype == TOUCH], 0, max(len(site_type) - 1, 0))
@@ -865,7 +857,7 @@ def distance_plan(m):
   if isinstance(m, dict):
     vals = [np.asarray(m[n]).ravel() for n in names]
   else:
-    vals = [_concrete(getattr(m, n)) for n in names]
+    vals = [concrete(getattr(m, n)) for n in names]
   if any(v is None for v in vals):
     raise NotSupportedError(
         'distance / normal / fromto sensors need the Model\'s index arrays when the pipeline '
@@ -1146,7 +1138,7 @@ def _collision_sensors(m, d, data):
       geom1 = np.concatenate([gr[3] for gr in ccd])
       geom2 = np.concatenate([gr[4] for gr in ccd])
       # cutoff 0 runs MuJoCo's collision search, a positive one its distance search
-      cuts = _concrete(m.sensor_cutoff)
+      cuts = concrete(m.sensor_cutoff)
       if cuts is None:
         parts = [(np.ones(rows.size, bool), 'both')]
       else:

@@ -478,6 +478,9 @@ def tendon_armature(m, d):
   """
   if not m.ntendon or not m.nv:
     return d
+  armature = math.concrete(m.tendon_armature)
+  if armature is not None and not np.any(armature):
+    return d  # a closed-over Model without tendon armature: nothing to add
   full = (d.ten_J.T * m.tendon_armature) @ d.ten_J
   lower = jnp.where(m.dof_ancestor > 0, full, 0.0)
   return dataclasses.replace(d, qM=d.qM + lower + lower.T - jnp.diag(jnp.diag(lower)))

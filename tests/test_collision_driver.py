@@ -598,3 +598,18 @@ def test_float32(broadphase):
                                [c.dist for c in md.contact[:4]], atol=1e-5)
     np.testing.assert_allclose(np.asarray(d.contact.solimp[:4]),
                                [c.solimp for c in md.contact[:4]], atol=1e-6)
+
+
+def test_lex_order_combined_key_equals_lexicographic():
+  """_lex_order with static key bounds (one combined int32 key) gives the stable
+  lexicographic order numpy's lexsort gives, as the per-key comparisons do, with ties and the
+  sort fallback above PAIRWISE_SORT entries."""
+  rng = np.random.default_rng(3)
+  bounds = (2, 37, 4)
+  for n in (1, 7, 54, driver.PAIRWISE_SORT + 9):
+    keys = [rng.integers(0, b, n).astype(np.int32) for b in bounds]
+    want = np.lexsort(keys[::-1])   # lexsort: the last key most significant; stable
+    jkeys = [jnp.asarray(k) for k in keys]
+    for b in (bounds, None):
+      got = jax.jit(lambda *k, b=b: driver._lex_order(list(k), b))(*jkeys)
+      np.testing.assert_array_equal(np.asarray(got), want)

@@ -49,6 +49,10 @@ def test_mul_inert_vec_is_the_spatial_inertia():
     mc = i[6:9]
     skew = np.array([[0, -mc[2], mc[1]], [mc[2], 0, -mc[0]], [-mc[1], mc[0], 0]])
     full = np.block([[inertia, skew], [-skew, i[9] * np.eye(3)]])
-    np.testing.assert_allclose(np.asarray(math.inert_mat(i)), full, rtol=0, atol=0)
     np.testing.assert_allclose(np.asarray(math.mul_inert_vec(i, v)), full @ v, rtol=1e-14,
                                atol=1e-14)
+  # leading axes broadcast: (2, 3, 10) x (3, 6) -> (2, 3, 6)
+  ib, vb = rng.normal(size=(2, 3, 10)), rng.normal(size=(3, 6))
+  want = np.stack([[np.asarray(math.mul_inert_vec(ib[a, b], vb[b])) for b in range(3)]
+                   for a in range(2)])
+  np.testing.assert_array_equal(np.asarray(math.mul_inert_vec(ib, vb)), want)
