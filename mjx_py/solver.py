@@ -826,8 +826,8 @@ def _truncate(P: _Problem, k: int, Jk=None) -> _Problem:
   """The batched problem (leading axis B) on its first k rows (the rows in use come first,
   see mjx_py.constraint); cone row indices stay inside [0, k) (the rows of every cone in use
   are below the row count). Jk: P.J's first k rows when the caller has them already."""
-  return P._replace(J=P.J[:, :k] if Jk is None else Jk, aref=P.aref[:, :k], D=P.D[:, :k], R=P.R[:, :k],
-                    floss=P.floss[:, :k], kind=P.kind[:, :k],
+  return P._replace(J=P.J[:, :k] if Jk is None else Jk, aref=P.aref[:, :k], D=P.D[:, :k],
+                    R=P.R[:, :k], floss=P.floss[:, :k], kind=P.kind[:, :k],
                     cone_row=jnp.minimum(P.cone_row, k - 1))
 
 

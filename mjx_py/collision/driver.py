@@ -546,7 +546,9 @@ def _lex_order(keys, bounds=None):
   i = jnp.arange(n, dtype=jnp.int32)
   if n > PAIRWISE_SORT:
     return jax.lax.sort(tuple(keys) + (i, i), num_keys=len(keys) + 1)[-1]
-  if bounds is not None and len(bounds) == len(keys) and int(np.prod(bounds + (max(n, 1),), dtype=object)) < 2 ** 31:
+  fits = (bounds is not None and len(bounds) == len(keys)
+          and int(np.prod(tuple(bounds) + (max(n, 1),), dtype=object)) < 2 ** 31)
+  if fits:
     # distinct combined keys (the position is the last digit): rank = how many are smaller
     key = jnp.zeros((n,), jnp.int32)
     for k, b in zip(keys, bounds):
