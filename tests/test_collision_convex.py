@@ -396,7 +396,7 @@ def test_multiccd_refused():
     convex.MESH_ROUTINES[(BOX, MESH)][0](z, eye, s, z, eye, s, 0.0, None, _CUBE, multiccd=True)
   out = jax.eval_shape(lambda *a: convex.ROUTINES[(SPHERE, ELLIPSOID)][0](*a, multiccd=True),
                        z, eye, s, z, eye, s, 0.0)
-  assert out.dist.shape == (1,) and out.frame.shape == (1, 3, 3)
+  assert out.dist.shape == (1,) and out.normal.shape == (1, 3)
 
 
 def test_routines_wrap_collide(monkeypatch):

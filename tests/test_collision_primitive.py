@@ -407,4 +407,4 @@ def test_routines_table():
                            (SPHERE, SPHERE), (SPHERE, CAPSULE), (SPHERE, CYLINDER),
                            (SPHERE, BOX), (CAPSULE, CAPSULE), (CAPSULE, BOX), (BOX, BOX)}
   assert [ROUTINES[p][1] for p in PAIRS] == [1, 2, 4, 4, 1, 1, 1, 1, 2, 2, 9]
-  assert primitive.Contacts._fields == ('dist', 'pos', 'frame', 'valid')
+  assert primitive.Contacts._fields == ('dist', 'pos', 'normal', 'tangent', 'valid')

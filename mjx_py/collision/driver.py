@@ -938,7 +938,8 @@ def _slots(res, n, h1, h2, pairid, keep, keys):
   and their index within the pair."""
   def rep(x):
     return jnp.repeat(x, n, axis=0)
-  return ((res.dist.reshape(-1), res.pos.reshape(-1, 3), res.frame.reshape(-1, 9),
+  return ((res.dist.reshape(-1), res.pos.reshape(-1, 3), res.normal.reshape(-1, 3),
+           res.tangent.reshape(-1, 3),
            (res.valid & keep[:, None]).reshape(-1), rep(h1), rep(h2), rep(pairid),
            jnp.tile(jnp.arange(n, dtype=jnp.int32), h1.shape[0])) + tuple(rep(k) for k in keys))
 
@@ -996,6 +997,7 @@ def collision(m, d):
   A geom type pair that the model can collide but that has no narrowphase routine yet raises
   NotSupportedError when traced. See the module docstring for the broadphases and capacities.
   """
+  from .primitive import frames  # late, as in _routines
   cap = m.nconmax
   dtype = d.geom_xpos.dtype
   empty = dataclasses.replace(d, contact=empty_contact(cap, dtype),
@@ -1037,11 +1039,12 @@ def collision(m, d):
     parts.append(_convex_narrowphase(m, d, xmat, ccd))
   if hf:
     parts.append(_hfield_narrowphase(m, d, xmat, hf, groups))
-  dist, pos, frame, valid, g1, g2, pairid, index, *keys = (jnp.concatenate(x)
-                                                          for x in zip(*parts))
+  dist, pos, normal, tangent, valid, g1, g2, pairid, index, *keys = (
+      jnp.concatenate(x) for x in zip(*parts))
   # materialise the narrowphase results once: otherwise XLA may fuse the routines' last steps
   # into each later gather and recompute them
-  dist, pos, frame, valid = jax.lax.optimization_barrier((dist, pos, frame, valid))
+  dist, pos, normal, tangent, valid = jax.lax.optimization_barrier(
+      (dist, pos, normal, tangent, valid))
 
   # keep the deepest contacts if they do not all fit, then sort them into MuJoCo's order
   nslot = dist.shape[0]
@@ -1063,7 +1066,9 @@ def collision(m, d):
   includemargin = margin - gap
   rows = {
       'dist': dist,
-      'pos': pos[idx], 'frame': frame[idx], 'includemargin': includemargin,
+      # the frames of the kept contacts only (see primitive.Contacts)
+      'pos': pos[idx], 'frame': frames(normal[idx], tangent[idx]).reshape(-1, 9),
+      'includemargin': includemargin,
       'friction': friction, 'solref': solref, 'solreffriction': solreffriction,
       'solimp': solimp, 'dim': dim, 'geom1': g1, 'geom2': g2,
       'geom': jnp.stack([g1, g2], axis=-1),
