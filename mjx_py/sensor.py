@@ -163,8 +163,8 @@ def _cutoff(m, data, stage):
   """MuJoCo's apply_cutoff for the sensors of ``stage``: REAL clipped to [-cutoff, cutoff],
   POSITIVE to <= cutoff, where cutoff > 0; fromto untouched."""
   vals = [concrete(getattr(m, f)) for f in ('sensor_type', 'sensor_datatype',
-                                             'sensor_needstage', 'sensor_cutoff', 'sensor_adr',
-                                             'sensor_dim')]
+                                            'sensor_needstage', 'sensor_cutoff', 'sensor_adr',
+                                            'sensor_dim')]
   if all(v is not None for v in vals):                         # static element sets
     stype, kind, stage_of, cut, adr, dim = vals
     for datatype in (REAL, POSITIVE):
