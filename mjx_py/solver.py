@@ -822,11 +822,12 @@ def row_bucket(n: int) -> int:
   return k if 2 * k <= n else n
 
 
-def _truncate(P: _Problem, k: int, Jk=None) -> _Problem:
-  """The batched problem (leading axis B) on its first k rows (the rows in use come first,
-  see mjx_py.constraint); cone row indices stay inside [0, k) (the rows of every cone in use
-  are below the row count). Jk: P.J's first k rows when the caller has them already."""
-  return P._replace(J=P.J[:, :k] if Jk is None else Jk, aref=P.aref[:, :k], D=P.D[:, :k],
+def _truncate(P: _Problem, Jk) -> _Problem:
+  """The batched problem (leading axis B) on its first k rows, Jk (B, k, nv) being P.J's (the
+  rows in use come first, see mjx_py.constraint); cone row indices stay inside [0, k) (the rows
+  of every cone in use are below the row count)."""
+  k = Jk.shape[1]
+  return P._replace(J=Jk, aref=P.aref[:, :k], D=P.D[:, :k],
                     R=P.R[:, :k], floss=P.floss[:, :k], kind=P.kind[:, :k],
                     cone_row=jnp.minimum(P.cone_row, k - 1))
 
@@ -840,22 +841,21 @@ def _pad_rows(C: _Carry, n: int) -> _Carry:
   return C._replace(jar=pad(C.jar, 0), up=up)
 
 
-def _iterate_bucketed(cfg: _Config, P: _Problem, warm, empty, prm: _Params, Jk=None):
+def _iterate_bucketed(cfg: _Config, P: _Problem, warm, empty, prm: _Params, Jk):
   """_iterate_batch, run on the first row_bucket(N) rows when every world of the batch uses
   no more (a lax.cond on the whole batch), else on all N rows. The rows beyond a world's count
   are unused (zero Jacobian, no cost, no force), so both give the same iterates; the small one
   costs a fraction of the row work (Hessian, line-search evaluations, constraint updates) in
   the common case where the rows in use are far below the capacity. The iterations are then
-  compiled at both sizes. Jk: the first row_bucket(N) rows of P.J, shared with solve_info's
-  bucketed products (one slice copy instead of one per use), or None."""
-  n = P.J.shape[1]
-  k = row_bucket(n)
-  if k >= n:
+  compiled at both sizes. Jk: the first row_bucket(N) rows of P.J (_bucket_rows), shared with
+  solve_info's bucketed products, or None when the bucket is all N rows."""
+  if Jk is None:
     return _iterate_batch(cfg, P, warm, empty, prm)
+  n, k = P.J.shape[1], Jk.shape[1]
   used = jnp.max(jnp.sum(P.kind != _NONE, axis=1))
 
   def small(_):
-    C, stats = _iterate_batch(cfg, _truncate(P, k, Jk), warm, empty, prm)
+    C, stats = _iterate_batch(cfg, _truncate(P, Jk), warm, empty, prm)
     return _pad_rows(C, n), stats
 
   return lax.cond(used <= k, small, lambda _: _iterate_batch(cfg, P, warm, empty, prm), None)
@@ -942,23 +942,21 @@ def _bucket_rows(J):
   return J[:k] if k < J.shape[0] else None
 
 
-def _rows_product(J, v, nefc, transpose=False, Jk=None):
+def _rows_product(J, Jk, v, nefc, transpose=False):
   """J v (N,), or J' v (nv,) with ``transpose``, for the efc Jacobian J (N, nv): over its first
-  row_bucket(N) rows (Jk, see _bucket_rows) when no world of the batch uses more (a lax.cond on
-  the whole batch, as the iterations' row bucket), since the rows beyond nefc are zero and add
-  nothing."""
-  n = J.shape[0]
-  k = row_bucket(n)
-
+  k rows Jk (k, nv) (_bucket_rows; None: none) when no world of the batch uses more (a lax.cond
+  on the whole batch, as the iterations' row bucket), since the rows beyond nefc are zero and
+  add nothing."""
   def full():
     return J.T @ v if transpose else J @ v
 
-  def small():
-    Jb = J[:k] if Jk is None else Jk
-    return Jb.T @ v[:k] if transpose else jnp.pad(Jb @ v, (0, n - k))
-
-  if k >= n:
+  if Jk is None:
     return full()
+  n, k = J.shape[0], Jk.shape[0]
+
+  def small():
+    return Jk.T @ v[:k] if transpose else jnp.pad(Jk @ v, (0, n - k))
+
   return lax.cond(batch_any(nefc > k), full, small)
 
 
@@ -1009,8 +1007,9 @@ def _params(m, dtype) -> _Params:
   return prm
 
 
-def _primal(m, ps: _Problem, warm, empty, prm: _Params, Jk=None):
-  """Newton or CG: (qacc*, final constraint update, niter, stats)."""
+def _primal(m, ps: _Problem, warm, empty, prm: _Params, Jk):
+  """Newton or CG: (qacc*, final constraint update, niter, stats); Jk: the bucket rows of
+  ps.J (_bucket_rows), or None."""
   ls_iterations = int(m.opt.ls_iterations)
   if ps.M.dtype == jnp.float32:
     ls_iterations = min(ls_iterations, F32_LS_ITERATIONS)
@@ -1082,7 +1081,7 @@ def solve_info(m, d):
   prm = _params(m, dtype)
   warm = lax.stop_gradient(d.qacc_warmstart)
   Jk = _bucket_rows(d.efc_J)
-  efc_b = _rows_product(d.efc_J, d.qacc_smooth, d.nefc, Jk=Jk) - d.efc_aref
+  efc_b = _rows_product(d.efc_J, Jk, d.qacc_smooth, d.nefc) - d.efc_aref
   use_dual = bool(dual_rows(m))
   if use_dual:
     dp = jax.tree_util.tree_map(lax.stop_gradient, dual.problem(d, d.efc_AR, efc_b))
@@ -1127,7 +1126,7 @@ def solve_info(m, d):
     niter = niter + ns_niter
   else:
     stats = _merge_stats(stats, niter, None, _nstats(m))
-  qfrc_constraint = _rows_product(d.efc_J, force, d.nefc, transpose=True, Jk=Jk)
+  qfrc_constraint = _rows_product(d.efc_J, Jk, force, d.nefc, transpose=True)
 
   improvement, gradient, slope, nactive, nchange, neval = stats
   sol = Solution(force, state, niter, improvement, gradient, slope, nactive, nchange, neval)
