@@ -95,16 +95,21 @@ against 6,008-6,160 unchunked), so batches up to 64 run whole. Accelerators run 
 Rows. The efc buffers hold nefc_max = N rows (the most the model can produce at once); a
 world uses its first nefc, the rest are unused. The iterations' row work (the Hessian's
 J' D J, every line-search evaluation, the constraint updates) runs over all N unless the batch
-fits a smaller size: when every world of the batch uses at most row_bucket(N) rows (a quarter
-of N, at least 32; a lax.cond on the whole batch), the iterations run on the first
-row_bucket(N) rows and the result is padded back. The unused rows add nothing, so both give
-the same iterates up to summation order. Measured on the humanoid (N = 262, bucket 72; at most
-36 rows in use over 1024 random states): the batch-1024 solve took 263 ms on all rows and
-91 ms on 64; the step went from 397 to 247 ms, and its compile grew by about 1.2 s (the
-iterations are compiled at both sizes). Within the bucket, the Newton Hessian's J' D J (the
-costliest row work, nv^2 per row) sums only the blocks of ROW_BLOCK rows that hold the
-batch's rows in use (_hessian, _row_blocks). The line search's polynomials are (3, N) tables,
-the rows on the minor axis, so that a batch's evaluations vectorize along the rows.
+fits a smaller size: row_buckets(N) are an eighth and a quarter of N (each rounded up to a
+multiple of 8, at least 32, at most N / 2), and the iterations run on the first k rows for the
+smallest bucket k that every world of the batch fits (a lax.switch on the whole batch), the
+result padded back. The unused rows add nothing, so every size gives the same iterates up to
+summation order. Measured on the humanoid (N = 262; at most 36 rows in use over 1024 random
+states): with a single bucket of 72 rows the batch-1024 solve took 91 ms instead of 263 ms on
+all rows, the step 247 instead of 397 ms, for about 1.2 s more compile (the iterations are
+compiled at each size). Adding the eighth (40 rows for the humanoid: float32 rollouts, 2-core
+CPU, both versions in one process, median of 7) took the humanoid from 19,763 to 21,120
+env-steps/s at batch 1024, 15,388 to 16,033 at batch 64 and 5,583 to 5,914 at batch 1, the ant
+(buckets 32 and 48) from 10,754 to 11,226 at batch 1024, for 0.6-1.4 s more step compile
+(FAST_COMPILE). Within the bucket, the Newton Hessian's J' D J (the costliest row work, nv^2
+per row) sums only the blocks of ROW_BLOCK rows that hold the batch's rows in use (_hessian,
+_row_blocks). The line search's polynomials are (3, N) tables, the rows on the minor axis, so
+that a batch's evaluations vectorize along the rows.
 
 Gradients (implicit differentiation at the optimum, active set frozen): the iterations run on
 stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc - qfrc_smooth
@@ -814,12 +819,20 @@ def _chunk_size(batch: int) -> int:
   return batch
 
 
+def row_buckets(n: int) -> tuple:
+  """The smaller row counts the iterations also run at (see _iterate_bucketed), ascending:
+  an eighth and a quarter of the capacity ``n``, each rounded up to a multiple of 8 and at
+  least 32, keeping those at most half of ``n`` (none for small capacities)."""
+  def up8(x):                          # x rounded up to a multiple of 8
+    return -(-x // 8) * 8
+  sizes = sorted({max(32, up8(-(-n // q))) for q in (8, 4)})
+  return tuple(k for k in sizes if 2 * k <= n)
+
+
 def row_bucket(n: int) -> int:
-  """The smaller row count the iterations also run at (see _iterate_bucketed): a quarter of
-  the capacity ``n``, rounded up to a multiple of 8, at least 32; ``n`` (no bucket) when that
-  is more than half of ``n``."""
-  k = max(32, -(-(n // 4) // 8) * 8)
-  return k if 2 * k <= n else n
+  """The largest row bucket of the capacity ``n`` (row_buckets), or ``n`` when it has none:
+  the rows that _bucket_rows takes once per solve."""
+  return max(row_buckets(n), default=n)
 
 
 def _truncate(P: _Problem, Jk) -> _Problem:
@@ -842,23 +855,29 @@ def _pad_rows(C: _Carry, n: int) -> _Carry:
 
 
 def _iterate_bucketed(cfg: _Config, P: _Problem, warm, empty, prm: _Params, Jk):
-  """_iterate_batch, run on the first row_bucket(N) rows when every world of the batch uses
-  no more (a lax.cond on the whole batch), else on all N rows. The rows beyond a world's count
-  are unused (zero Jacobian, no cost, no force), so both give the same iterates; the small one
-  costs a fraction of the row work (Hessian, line-search evaluations, constraint updates) in
-  the common case where the rows in use are far below the capacity. The iterations are then
-  compiled at both sizes. Jk: the first row_bucket(N) rows of P.J (_bucket_rows), shared with
-  solve_info's bucketed products, or None when the bucket is all N rows."""
+  """_iterate_batch, run on the first k rows for the smallest k of row_buckets(N) that every
+  world of the batch fits (a lax.switch on the whole batch's largest row count), else on all N
+  rows. The rows beyond a world's count are unused (zero Jacobian, no cost, no force), so every
+  size gives the same iterates; a small one costs a fraction of the row work (line-search
+  evaluations, constraint updates, products with J) in the common case where the rows in use
+  are far below the capacity. The iterations are compiled at each size. Jk: the first
+  row_bucket(N) rows of P.J (_bucket_rows; the smaller buckets are its leading rows), shared
+  with solve_info's bucketed products, or None when there is no bucket."""
   if Jk is None:
     return _iterate_batch(cfg, P, warm, empty, prm)
-  n, k = P.J.shape[1], Jk.shape[1]
+  n = P.J.shape[1]
+  sizes = row_buckets(n)
   used = jnp.max(jnp.sum(P.kind != _NONE, axis=1))
 
-  def small(_):
-    C, stats = _iterate_batch(cfg, _truncate(P, Jk), warm, empty, prm)
-    return _pad_rows(C, n), stats
+  def bucket(k):
+    def run(_):
+      C, stats = _iterate_batch(cfg, _truncate(P, Jk[:, :k]), warm, empty, prm)
+      return _pad_rows(C, n), stats
+    return run
 
-  return lax.cond(used <= k, small, lambda _: _iterate_batch(cfg, P, warm, empty, prm), None)
+  branches = [bucket(k) for k in sizes] + [lambda _: _iterate_batch(cfg, P, warm, empty, prm)]
+  index = sum((used > k).astype(jnp.int32) for k in sizes)
+  return lax.switch(index, branches, None)
 
 
 def _iterate_fn(cfg: _Config):
