@@ -171,7 +171,7 @@ PGS, CG, NEWTON = 0, 1, 2
 EQUALITY, FRICTION_DOF, FRICTION_TENDON, LIMIT_JOINT, LIMIT_TENDON = 0, 1, 2, 3, 4
 CONTACT_FRICTIONLESS, CONTACT_PYRAMIDAL, CONTACT_ELLIPTIC = 5, 6, 7
 ELLIPTIC = 1
-DSBL_CONSTRAINT, DSBL_CONTACT, DSBL_WARMSTART = 1, 16, 1 << 8
+DSBL_CONSTRAINT, DSBL_FRICTIONLOSS, DSBL_CONTACT, DSBL_WARMSTART = 1, 4, 16, 1 << 8
 # row kinds of the cost (from efc_type)
 _NONE, _EQ, _FRIC, _INEQ, _ELL = 0, 1, 2, 3, 4
 # a 1-D line-search point: (alpha, cost, first derivative, second derivative)
@@ -210,7 +210,7 @@ class _Problem(NamedTuple):
   aref: jax.Array         # (N,)
   D: jax.Array            # (N,)
   R: jax.Array            # (N,)
-  floss: jax.Array        # (N,)
+  floss: jax.Array        # (N,), or (0,) when the model has no friction-loss rows
   kind: jax.Array         # (N,) int32 row kind (_NONE, _EQ, _FRIC, _INEQ, _ELL)
   cone_row: jax.Array     # (nc, nr) int32 rows of each cone (clipped into [0, N))
   cone_on: jax.Array      # (nc, nr) bool: the row belongs to an elliptic cone
@@ -227,6 +227,11 @@ def _cone_width(m) -> int:
     return 0
   nr = m.efc_rows[3]
   return nr if nr > 1 else 0
+
+
+def _has_friction_rows(m) -> bool:
+  """Whether the model can produce friction-loss rows (static)."""
+  return bool(m.efc_rows[1]) and not m.opt.disableflags & DSBL_FRICTIONLOSS
 
 
 def _problem(m, d) -> _Problem:
@@ -257,8 +262,10 @@ def _problem(m, d) -> _Problem:
     on = jnp.zeros((0, 1), bool)
     scale = jnp.zeros((0, 1), dtype)
     mu = jnp.zeros((0,), dtype)
-  arrays = (d.qM, d.qfrc_smooth, d.qacc_smooth, d.efc_J, d.efc_aref, d.efc_D, d.efc_R,
-            d.efc_frictionloss)
+  floss = d.efc_frictionloss
+  if not _has_friction_rows(m):
+    floss = jnp.zeros((0,), dtype)    # static: the friction-loss pieces are left out
+  arrays = (d.qM, d.qfrc_smooth, d.qacc_smooth, d.efc_J, d.efc_aref, d.efc_D, d.efc_R, floss)
   return _Problem(*(jnp.asarray(x) for x in arrays), kind, rows, on, scale, mu)
 
 
@@ -285,11 +292,16 @@ def _update(p: _Problem, jar, frozen=None, hessian=False) -> _Update:
   """States, forces and cost of jar (N,); with ``frozen`` (N,) states the force law of those
   states (the active set held fixed: used for the implicit gradients)."""
   D, R, fl, kind = p.D, p.R, p.floss, p.kind
+  fric = fl.shape[0] > 0                  # static: friction-loss rows possible
   # the rows' own states (the elliptic rows' come from their cones below)
-  fric_state = jnp.where(jar <= -R * fl, LINEARNEG, jnp.where(jar >= R * fl, LINEARPOS,
-                                                                QUADRATIC))
-  state = jnp.select([kind == _EQ, kind == _FRIC, kind == _INEQ],
-                     [QUADRATIC, fric_state, jnp.where(jar >= 0, SATISFIED, QUADRATIC)], UNUSED)
+  ineq = jnp.where(jar >= 0, SATISFIED, QUADRATIC)
+  if fric:
+    fric_state = jnp.where(jar <= -R * fl, LINEARNEG, jnp.where(jar >= R * fl, LINEARPOS,
+                                                                  QUADRATIC))
+    state = jnp.select([kind == _EQ, kind == _FRIC, kind == _INEQ],
+                       [QUADRATIC, fric_state, ineq], UNUSED)
+  else:
+    state = jnp.where(kind == _EQ, QUADRATIC, jnp.where(kind == _INEQ, ineq, UNUSED))
   nc = p.mu.shape[0]
   if nc:
     U, N, T, tpos = _cone_u(p, jar)
@@ -306,11 +318,15 @@ def _update(p: _Problem, jar, frozen=None, hessian=False) -> _Update:
   state = lax.stop_gradient(state)
 
   quad = -D * jar
-  force = jnp.select([state == QUADRATIC, state == LINEARNEG, state == LINEARPOS],
-                     [quad, fl, -fl], 0.0)
-  row_cost = jnp.select([state == QUADRATIC, state == LINEARNEG, state == LINEARPOS],
-                        [0.5 * D * jar * jar, -0.5 * R * fl * fl - fl * jar,
-                         -0.5 * R * fl * fl + fl * jar], 0.0)
+  if fric:
+    force = jnp.select([state == QUADRATIC, state == LINEARNEG, state == LINEARPOS],
+                       [quad, fl, -fl], 0.0)
+    row_cost = jnp.select([state == QUADRATIC, state == LINEARNEG, state == LINEARPOS],
+                          [0.5 * D * jar * jar, -0.5 * R * fl * fl - fl * jar,
+                           -0.5 * R * fl * fl + fl * jar], 0.0)
+  else:
+    force = jnp.where(state == QUADRATIC, quad, 0.0)
+    row_cost = jnp.where(state == QUADRATIC, 0.5 * D * jar * jar, 0.0)
   cost = jnp.sum(row_cost)
   Hc = jnp.zeros((nc,) + p.cone_row.shape[1:] * 2, jar.dtype)
   if nc:
@@ -387,7 +403,7 @@ class _Line(NamedTuple):
   jar: jax.Array       # (N,)
   Jv: jax.Array        # (N,)
   lin_neg: jax.Array   # (3, N) friction-loss rows' linear pieces below -R f ...
-  lin_pos: jax.Array   # (3, N) ... and above R f
+  lin_pos: jax.Array   # (3, N) ... and above R f (both (3, 0) without friction-loss rows)
   cone: jax.Array      # (6, nc): U0, V0, UU, UV, VV, Dm
   cone_quad: jax.Array  # (3, nc): the sum of the cone's rows' polynomials (bottom zone)
 
@@ -396,10 +412,13 @@ def _prepare(p: _Problem, jar, Jv, Ma, Mv, search, gauss_cost) -> _Line:
   gauss = jnp.stack([gauss_cost, search @ Ma - p.qfrc_smooth @ search, 0.5 * search @ Mv])
   DJ = p.D * jar
   quad = jnp.stack([0.5 * jar * DJ, Jv * DJ, 0.5 * Jv * p.D * Jv])
-  f, Rf = p.floss, p.R * p.floss
-  zero = jnp.zeros_like(f)
-  lin_neg = jnp.stack([f * (-0.5 * Rf - jar), -f * Jv, zero])
-  lin_pos = jnp.stack([f * (-0.5 * Rf + jar), f * Jv, zero])
+  if p.floss.shape[0]:
+    f, Rf = p.floss, p.R * p.floss
+    zero = jnp.zeros_like(f)
+    lin_neg = jnp.stack([f * (-0.5 * Rf - jar), -f * Jv, zero])
+    lin_pos = jnp.stack([f * (-0.5 * Rf + jar), f * Jv, zero])
+  else:
+    lin_neg = lin_pos = jnp.zeros((3, 0), jar.dtype)
   nc = p.mu.shape[0]
   if nc:
     U = jar[p.cone_row] * p.cone_scale
@@ -419,18 +438,22 @@ def _eval(p: _Problem, ln: _Line, alpha):
   """The 1-D cost and its first two derivatives at alpha (CGeval): a point (4,)."""
   x = ln.jar + alpha * ln.Jv
   kind = p.kind
-  Rf = p.R * p.floss
-  fric = kind == _FRIC
   # rows on their quadratic: equality, friction loss inside (-Rf, Rf), active inequalities;
   # friction loss outside: the linear pieces
-  on_quad = (kind == _EQ) | (fric & (-Rf < x) & (x < Rf)) | ((kind == _INEQ) & (x < 0))
-  neg = fric & (x <= -Rf)
-  pos = fric & (x >= Rf) & ~neg
-  # each row contributes one of its three polynomials (the zones are disjoint): one select and
-  # one reduction (a fused loop; three mask-matrix products cost three passes and, batched,
-  # run as small dot kernels)
-  piece = jnp.where(on_quad, ln.quad,
-                    jnp.where(neg, ln.lin_neg, jnp.where(pos, ln.lin_pos, 0.0)))
+  on_quad = (kind == _EQ) | ((kind == _INEQ) & (x < 0))
+  if p.floss.shape[0]:
+    Rf = p.R * p.floss
+    fric = kind == _FRIC
+    on_quad = on_quad | (fric & (-Rf < x) & (x < Rf))
+    neg = fric & (x <= -Rf)
+    pos = fric & (x >= Rf) & ~neg
+    # each row contributes one of its three polynomials (the zones are disjoint): one select
+    # and one reduction (a fused loop; three mask-matrix products cost three passes and,
+    # batched, run as small dot kernels)
+    piece = jnp.where(on_quad, ln.quad,
+                      jnp.where(neg, ln.lin_neg, jnp.where(pos, ln.lin_pos, 0.0)))
+  else:
+    piece = jnp.where(on_quad, ln.quad, 0.0)
   total = ln.gauss + jnp.sum(piece, axis=1)
   cost = d0 = d1 = jnp.zeros((), x.dtype)
   if p.mu.shape[0]:
