@@ -114,7 +114,12 @@ def main():
                       help='an <option .../> element appended to the model for all three '
                            'engines, e.g. \'<option noslip_iterations="0"/>\'')
   parser.add_argument('--fast-compile', action='store_true',
-                      help="compile mjx_py's rollout with mjx_py.FAST_COMPILE")
+                      help="compile mjx_py's rollout with mjx_py.FAST_COMPILE (the default; "
+                           'kept for older command lines)')
+  parser.add_argument('--full-opt', action='store_true',
+                      help="compile mjx_py's rollout with XLA's default CPU emitters instead of "
+                           'mjx_py.FAST_COMPILE (slower to compile and, measured with jax '
+                           '0.10.2, not faster to run)')
   parser.add_argument('--repeat', type=int, default=3,
                       help='timed runs of each engine per batch size (the fastest is reported)')
   parser.add_argument('--nconmax', type=int, default=None,
@@ -133,7 +138,7 @@ def main():
   for batch in args.batch:
     c, sps = testspeed.time_rollout(
         xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-        compiler_options=compile_options(args.fast_compile), repeat=args.repeat,
+        compiler_options=compile_options(not args.full_opt), repeat=args.repeat,
         nconmax=args.nconmax)
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
     c1 = _time_mujoco(xml, batch, args.nstep, 1, args.repeat)

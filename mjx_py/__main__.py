@@ -59,7 +59,8 @@ def main(argv=None) -> int:
                            'pairs tested (npairmax) stay at least the default\'s')
   parser.add_argument('--full-opt', action='store_true',
                       help="compile with XLA's default CPU emitters (slower to compile, more "
-                           'memory, a few percent faster to run) instead of mjx_py.FAST_COMPILE')
+                           'memory, and with jax 0.10.2 not faster to run) instead of '
+                           'mjx_py.FAST_COMPILE')
   args = parser.parse_args(argv)
 
   from . import MJCFError, mjcf
@@ -188,7 +189,7 @@ def _compare(args) -> int:
   if args.nconmax is not None:
     cmd += ['--nconmax', str(args.nconmax)]
   cmd += (['--no-mjx'] * args.no_mjx + ['--smooth'] * args.smooth
-          + ['--fast-compile'] * (not args.full_opt))
+          + ['--full-opt'] * args.full_opt)
   print('side by side (examples/compare_speed.py, the fastest of 3 runs each) ...', flush=True)
   res = subprocess.run(cmd, capture_output=True, text=True)
   print(res.stdout, end='')

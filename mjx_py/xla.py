@@ -8,10 +8,15 @@ JAX's default backend is the CPU.
 
 Measured on the humanoid's step (models/humanoid.xml with contacts, float32, 2-core CPU, jax
 0.10.2): the XLA compile took 4.3 s instead of 6.4 s and the process peaked at 405 MB instead
-of 958 MB (the emitters' transient memory); a batch-1 step ran 12% slower (0.90 against
-0.80 ms), a batch-1024 step 7% slower (406 against 381 ms). So it suits short runs,
-notebooks, tests and gradient programs, where compiling dominates; long training runs keep the
-default. The main job (``python -m mjx_py``) uses it unless ``--full-opt`` is given.
+of 958 MB (the emitters' transient memory). Its run time was 7-13% slower in early rounds;
+with the current code the classic emitters run as fast or faster: rollouts of 100 steps
+(examples/compare_speed.py, fastest of 3, env-steps/s at batch 1 / 64 / 1024) gave the humanoid
+5,506 / 16,151 / 21,844 against 5,074 / 11,120 / 15,208 with XLA's defaults, the ant 2,773 /
+8,579 / 12,400 against 2,497 / 6,727 / 11,937, the hopper 5,550 / 22,065 / 29,431 against
+5,497 / 22,111 / 28,859; the rollouts compiled in 8.8-11.6 s against 13.1-15.3 s (humanoid),
+9.2-12.3 against 10.9-14.6 s (ant) and within a second either way (hopper). So the main job
+(``python -m mjx_py``), ``mjx_py.testspeed`` and ``examples/compare_speed.py`` use it on CPU
+unless ``--full-opt`` is given, and it is the recommended option for ``jax.jit(step)`` on CPU.
 
 enable_compile_cache(path=None): JAX's persistent compilation cache in ``path`` (default
 $MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla), so that a program compiled once (the same model,
