@@ -109,7 +109,10 @@ env-steps/s at batch 1024, 15,388 to 16,033 at batch 64 and 5,583 to 5,914 at ba
 (FAST_COMPILE). Within the bucket, the Newton Hessian's J' D J (the costliest row work, nv^2
 per row) sums only the blocks of ROW_BLOCK rows that hold the batch's rows in use (_hessian,
 _row_blocks). The line search's polynomials are (3, N) tables, the rows on the minor axis, so
-that a batch's evaluations vectorize along the rows.
+that a batch's evaluations vectorize along the rows. A model that cannot produce friction-loss
+rows (no dof or tendon frictionloss, or the frictionloss flag disabled; static) carries floss as
+(0,), and the constraint update, the line's polynomials and its evaluations leave the
+friction-loss pieces out.
 
 Gradients (implicit differentiation at the optimum, active set frozen): the iterations run on
 stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc - qfrc_smooth
@@ -364,10 +367,10 @@ def _hessian(p: _Problem, up: _Update, nblock=None):
   unbatched, so its slices stay slices), only the first nblock * ROW_BLOCK rows are summed, a
   block of ROW_BLOCK rows per loop step. The rows beyond a world's row count add nothing, and
   the rows in use are usually far fewer than the buffer's: on the humanoid the iterations run
-  on 72 rows (the row bucket) while the worlds use 6 on average and at most about 30, and a
-  batch of 64 needs 3-4 blocks. Measured (humanoid rollouts, 2-core CPU, against the sum over
-  all rows): batch 64 9,535 -> 10,844 env-steps/s, batch 1024 12,539 -> 13,102; blocks of 4
-  and 16 rows were slower than 8."""
+  on 40 or 72 rows (the row buckets) while the worlds use 6-9 on average and at most about 30-40,
+  and a batch of 64 needs 3-4 blocks. Measured (humanoid rollouts, 2-core CPU, against the sum
+  over all rows, with a single bucket of 72 rows): batch 64 9,535 -> 10,844 env-steps/s,
+  batch 1024 12,539 -> 13,102; blocks of 4 and 16 rows were slower than 8."""
   dq = jnp.where(up.state == QUADRATIC, p.D, 0.0)
 
   def rows(J, dq):
