@@ -297,14 +297,12 @@ def _update(p: _Problem, jar, frozen=None, hessian=False) -> _Update:
   D, R, fl, kind = p.D, p.R, p.floss, p.kind
   fric = fl.shape[0] > 0                  # static: friction-loss rows possible
   # the rows' own states (the elliptic rows' come from their cones below)
-  ineq = jnp.where(jar >= 0, SATISFIED, QUADRATIC)
+  state = jnp.where(kind == _EQ, QUADRATIC,
+                    jnp.where(kind == _INEQ, jnp.where(jar >= 0, SATISFIED, QUADRATIC), UNUSED))
   if fric:
     fric_state = jnp.where(jar <= -R * fl, LINEARNEG, jnp.where(jar >= R * fl, LINEARPOS,
                                                                   QUADRATIC))
-    state = jnp.select([kind == _EQ, kind == _FRIC, kind == _INEQ],
-                       [QUADRATIC, fric_state, ineq], UNUSED)
-  else:
-    state = jnp.where(kind == _EQ, QUADRATIC, jnp.where(kind == _INEQ, ineq, UNUSED))
+    state = jnp.where(kind == _FRIC, fric_state, state)
   nc = p.mu.shape[0]
   if nc:
     U, N, T, tpos = _cone_u(p, jar)
@@ -321,15 +319,13 @@ def _update(p: _Problem, jar, frozen=None, hessian=False) -> _Update:
   state = lax.stop_gradient(state)
 
   quad = -D * jar
+  force = jnp.where(state == QUADRATIC, quad, 0.0)
+  row_cost = jnp.where(state == QUADRATIC, 0.5 * D * jar * jar, 0.0)
   if fric:
-    force = jnp.select([state == QUADRATIC, state == LINEARNEG, state == LINEARPOS],
-                       [quad, fl, -fl], 0.0)
-    row_cost = jnp.select([state == QUADRATIC, state == LINEARNEG, state == LINEARPOS],
-                          [0.5 * D * jar * jar, -0.5 * R * fl * fl - fl * jar,
-                           -0.5 * R * fl * fl + fl * jar], 0.0)
-  else:
-    force = jnp.where(state == QUADRATIC, quad, 0.0)
-    row_cost = jnp.where(state == QUADRATIC, 0.5 * D * jar * jar, 0.0)
+    # the friction-loss rows' linear pieces (states disjoint from QUADRATIC)
+    force = jnp.where(state == LINEARNEG, fl, jnp.where(state == LINEARPOS, -fl, force))
+    row_cost = jnp.where(state == LINEARNEG, -0.5 * R * fl * fl - fl * jar,
+                         jnp.where(state == LINEARPOS, -0.5 * R * fl * fl + fl * jar, row_cost))
   cost = jnp.sum(row_cost)
   Hc = jnp.zeros((nc,) + p.cone_row.shape[1:] * 2, jar.dtype)
   if nc:
@@ -769,8 +765,8 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   and gradient at the new point (CG: and its preconditioning and next direction). A world that
   has converged keeps its carry (a mask); the loop ends when every world of the batch has
   converged, so a batch costs the iterations of its slowest world, and all worlds stay in
-  lockstep (see the module docstring on why a while loop). Until a later round step 0 ran as
-  the loop's first step (Newton skipping its direction by a lax.cond, the CPU chunks gathering
+  lockstep (see the module docstring on why a while loop). Step 0 used to run as the loop's
+  first step (Newton skipping its direction by a lax.cond, the CPU chunks gathering
   every world); outside the loop it is one batched update and the loop's steps have no cond:
   the humanoid's rollouts (float32, one process, median of 7) went from 21,494 to 21,772
   env-steps/s at batch 1024, 15,873 to 16,046 at batch 64 and 5,878 to 5,957 at batch 1,
@@ -798,9 +794,8 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   # step 0 assesses the start point: the move by 0 along the (zero) search direction, i.e. the
   # constraint update and gradient at qacc, for the whole batch at once (no direction, no line
   # search, no chunks); its statistics are zero
-  Mv0 = jax.vmap(lambda p, c: p.M @ c.search)(P, C)
-  Jv0 = jax.vmap(lambda p, c: p.J @ c.search)(P, C)
-  C, _ = move(P, prm, C, True, zeros[0], jnp.ones((B,), dtype), zeros[3], Mv0, Jv0)
+  C, _ = move(P, prm, C, True, zeros[0], jnp.ones((B,), dtype), zeros[3],
+              jnp.zeros_like(C.search), jnp.zeros_like(C.jar))
 
   chunk = _chunk_size(B)
   if chunk >= B:
