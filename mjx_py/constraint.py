@@ -211,8 +211,12 @@ def impedance(solimp, pos, margin):
   """(imp, imp') of constraints at ``pos - margin`` (elementwise; solimp (..., 5) clamped).
 
   imp = d0 + y(x) (dwidth - d0), x = |pos - margin| / width: the sigmoid y made of a power
-  curve below the midpoint and its mirror above, saturated at x >= 1; flat (the mean of d0 and
-  dwidth) when d0 == dwidth or width is ~0. The unused branches are evaluated at x = 0.5, so
+  curve below the midpoint, y = x^p / mid^(p-1), and its mirror above, y = 1 - (1 - x)^p /
+  (1 - mid)^(p-1), saturated at x >= 1; flat (the mean of d0 and dwidth) when d0 == dwidth or
+  width is ~0. Only the side x is on is evaluated, as MuJoCo's branch does: with u = x or
+  1 - x and c = 1 / mid^(p-1) or 1 / (1 - mid)^(p-1), u^p = u^(p-1) u and y' = p c u^(p-1),
+  two powers per row instead of six (exact for MuJoCo's p = 1 and p = 2 shortcuts; one
+  rounding apart from pow(u, p) otherwise). The unused branches are evaluated at x = 0.5, so
   gradients stay finite.
   """
   d0, dw, width, mid, p = (solimp[..., k] for k in range(5))
@@ -223,11 +227,13 @@ def impedance(solimp, pos, margin):
   x = jnp.abs(x)
   sat = (x >= 1) | (x <= 0)
   xs = jnp.where(sat | flat, 0.5, x)
-  a = 1 / _power(mid, p - 1)
-  b = 1 / _power(1 - mid, p - 1)
   low = xs <= mid
-  y = jnp.where(low, a * _power(xs, p), 1 - b * _power(1 - xs, p))
-  yp = jnp.where(low, p * a * _power(xs, p - 1), p * b * _power(1 - xs, p - 1))
+  u = jnp.where(low, xs, 1 - xs)
+  c = 1 / _power(jnp.where(low, mid, 1 - mid), p - 1)
+  up = _power(u, p - 1)                       # u^(p-1)
+  cup = c * (up * u)                          # c u^p: y below the midpoint, 1 - y above
+  y = jnp.where(low, cup, 1 - cup)
+  yp = p * c * up
   y = jnp.where(p == 1, xs, y)
   yp = jnp.where(p == 1, 1.0, yp)
   imp = d0 + y * (dw - d0)
