@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mjx_py import testspeed
-from mjx_py.xla import compile_options
+from mjx_py.xla import compile_options, set_cpu_flags
 
 
 def _time_mujoco(xml: str, batch: int, nstep: int, threads: int, repeat: int):
@@ -126,6 +126,7 @@ def main():
                       help="mjx_py's contact capacity (put_model nconmax; default: its "
                            'per-geom budget); MuJoCo C and MJX size their contacts their own way')
   args = parser.parse_args()
+  set_cpu_flags()            # before any JAX computation (see mjx_py.xla); MJX runs with it too
   with open(args.model) as f:
     xml = f.read()
   if args.option:

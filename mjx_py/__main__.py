@@ -62,6 +62,8 @@ def main(argv=None) -> int:
                            'memory, and with jax 0.10.2 not faster to run) instead of '
                            'mjx_py.FAST_COMPILE')
   args = parser.parse_args(argv)
+  from .xla import set_cpu_flags
+  set_cpu_flags()            # before any JAX computation (see mjx_py.xla)
 
   from . import MJCFError, mjcf
   from .testspeed import capacity_model

@@ -193,8 +193,9 @@ def main(argv=None) -> int:
   parser.add_argument('--nconmax', type=int, default=None,
                       help='contact capacity (put_model nconmax; default: the per-geom budget)')
   args = parser.parse_args(argv)
+  from .xla import compile_options, set_cpu_flags
+  set_cpu_flags()            # before any JAX computation (see mjx_py.xla)
   xml = _prepare_xml(args.model, args.smooth)
-  from .xla import compile_options
   opts = compile_options(not args.full_opt)
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '
         f'x64 {jax.config.jax_enable_x64}  nstep {args.nstep}'

@@ -130,6 +130,36 @@ def test_fast_compile_options():
   np.testing.assert_allclose(f(jnp.ones(3)), 2 * np.sin(np.ones(3)), rtol=1e-6)
 
 
+def test_set_cpu_flags(monkeypatch):
+  """mjx_py.xla.set_cpu_flags: before JAX starts, CPU_XLA_FLAGS goes into $XLA_FLAGS and a small
+  while loop (50 steps on 8 KB, above XLA:CPU's default threshold of 1024 bytes) compiles into
+  one kernel, which it does not without the call (separate processes: XLA reads $XLA_FLAGS once,
+  when it starts); after the start, or with the user's own backend options, nothing changes."""
+  import subprocess
+  import sys
+
+  from mjx_py.xla import CPU_XLA_FLAGS, set_cpu_flags
+  code = ('import os, sys\n'
+          'from mjx_py import xla\n'
+          'applied = xla.set_cpu_flags() if sys.argv[1] == "on" else False\n'
+          'import jax, jax.numpy as jnp\n'
+          'f = jax.jit(lambda x: jax.lax.fori_loop(0, 50, lambda i, y: jnp.sin(y) + y[::-1], x))\n'
+          'small = "xla_cpu_small_call" in f.lower(jnp.ones(2000)).compile().as_text()\n'
+          'print(applied, small, xla.set_cpu_flags(), os.environ.get("XLA_FLAGS", "-"))\n')
+  env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
+  out = {mode: subprocess.run([sys.executable, '-c', code, mode], env=env, capture_output=True,
+                              text=True, check=True).stdout.split(maxsplit=3)
+         for mode in ('on', 'off')}
+  assert out['on'][:3] == ['True', 'True', 'False'] and out['on'][3].strip() == CPU_XLA_FLAGS
+  assert out['off'][:3] == ['False', 'False', 'False'] and out['off'][3].strip() == '-'
+  jnp.ones(1).block_until_ready()                   # this process's XLA has started
+  monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_use_fusion_emitters=false')
+  assert not set_cpu_flags() and os.environ['XLA_FLAGS'] == '--xla_cpu_use_fusion_emitters=false'
+  own = '--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=4096'
+  monkeypatch.setenv('XLA_FLAGS', own)
+  assert not set_cpu_flags() and os.environ['XLA_FLAGS'] == own
+
+
 def test_include_from_assets():
   main = '<mujoco><include file="part.xml"/></mujoco>'
   part = b'<mujoco><worldbody><body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>'
