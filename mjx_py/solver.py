@@ -356,7 +356,7 @@ def _update(p: _Problem, jar, frozen=None, hessian=False) -> _Update:
   return _Update(force, state, cost, Hc)
 
 
-def _hessian(p: _Problem, up: _Update, nblock=None):
+def _hessian(p: _Problem, up: _Update, nblock=None, single=False):
   """H = M + J' diag(D on QUADRATIC rows) J + sum over middle-zone cones J_c' H_c J_c.
 
   nblock: with it (an int32 scalar, the same for every world of a batch: the loop index stays
@@ -366,14 +366,26 @@ def _hessian(p: _Problem, up: _Update, nblock=None):
   on 40 or 72 rows (the row buckets) while the worlds use 6-9 on average and at most about 30-40,
   and a batch of 64 needs 3-4 blocks. Measured (humanoid rollouts, 2-core CPU, against the sum
   over all rows, with a single bucket of 72 rows): batch 64 9,535 -> 10,844 env-steps/s,
-  batch 1024 12,539 -> 13,102; blocks of 4 and 16 rows were slower than 8."""
+  batch 1024 12,539 -> 13,102; blocks of 4 and 16 rows were slower than 8.
+
+  single (static): the batch is one world. A block's rows are then added one by one instead of
+  by a reduction, which XLA:CPU runs as a library kernel (YNNPACK) that keeps the block loop
+  from being compiled into one kernel under mjx_py.xla.set_cpu_flags (measured, humanoid,
+  float32, one process, median of 9: batch-1 rollouts 6,464 -> 6,752 env-steps/s). Batched,
+  the reduction is faster (the adds: batch 64 15,808 -> 14,751, batch 1024 21,256 -> 20,358)."""
   dq = jnp.where(up.state == QUADRATIC, p.D, 0.0)
 
   def rows(J, dq):
     # J' diag(dq) J as a broadcast product summed over the rows: one fused reduction, where a
     # batched (nv, N) x (N, nv) dot runs as many small matrix kernels (about 1.8x slower on
     # CPU for the humanoid at batch 1024)
-    return jnp.sum((J * dq[:, None])[:, :, None] * J[:, None, :], axis=0)
+    outer = (J * dq[:, None])[:, :, None] * J[:, None, :]
+    if not single or J.shape[0] > ROW_BLOCK:
+      return jnp.sum(outer, axis=0)
+    H = outer[0]
+    for r in range(1, J.shape[0]):
+      H = H + outer[r]
+    return H
 
   if nblock is None:
     H = p.M + rows(p.J, dq)
@@ -736,11 +748,11 @@ def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slop
   return out, stats
 
 
-def _direction(p: _Problem, c: _Carry, nblock=None):
+def _direction(p: _Problem, c: _Carry, nblock=None, single=False):
   """Newton's search direction at the carry's point (one world): -H^-1 grad, H the Hessian of
   the carry's constraint update (MuJoCo computes it right after the move; it is computed here,
   at the start of the next iteration, so that a world that converged never factors it)."""
-  Mgrad = linalg.solve_direct(_hessian(p, c.up, nblock), c.grad)
+  Mgrad = linalg.solve_direct(_hessian(p, c.up, nblock, single), c.grad)
   return c._replace(Mgrad=Mgrad, search=-Mgrad)
 
 
@@ -783,7 +795,8 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
 
   def iteration(P, prm, C, frozen):
     if cfg.newton:
-      C = jax.vmap(_direction, in_axes=(0, 0, None))(P, C, _row_blocks(P))
+      C = jax.vmap(functools.partial(_direction, single=B == 1),
+                   in_axes=(0, 0, None))(P, C, _row_blocks(P))
     snorm, Mv, Jv, LN = prep(P, C)
     S = jax.vmap(_ls_init)(LN, snorm, prm, frozen)
     alpha, slope, neval = _linesearch_batch(cfg, P, LN, S)
