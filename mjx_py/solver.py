@@ -371,7 +371,7 @@ def _hessian(p: _Problem, up: _Update, nblock=None, single=False):
   single (static): the batch is one world. A block's rows are then added one by one instead of
   by a reduction, which XLA:CPU runs as a library kernel (YNNPACK) that keeps the block loop
   from being compiled into one kernel under mjx_py.xla.set_cpu_flags (measured, humanoid,
-  float32, one process, median of 9: batch-1 rollouts 6,464 -> 6,752 env-steps/s). Batched,
+  float32, one process, median of 9: batch-1 rollouts 6,830 -> 7,147 env-steps/s). Batched,
   the reduction is faster (the adds: batch 64 15,808 -> 14,751, batch 1024 21,256 -> 20,358)."""
   dq = jnp.where(up.state == QUADRATIC, p.D, 0.0)
 
