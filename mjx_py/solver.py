@@ -751,7 +751,8 @@ def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slop
 def _direction(p: _Problem, c: _Carry, nblock=None, single=False):
   """Newton's search direction at the carry's point (one world): -H^-1 grad, H the Hessian of
   the carry's constraint update (MuJoCo computes it right after the move; it is computed here,
-  at the start of the next iteration, so that a world that converged never factors it)."""
+  at the start of the next iteration, so that a world that converged never factors it).
+  nblock, single: _hessian's."""
   Mgrad = linalg.solve_direct(_hessian(p, c.up, nblock, single), c.grad)
   return c._replace(Mgrad=Mgrad, search=-Mgrad)
 
