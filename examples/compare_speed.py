@@ -59,14 +59,19 @@ def _time_mjx(xml: str, batch: int, nstep: int, repeat: int):
   mj = spec.compile()
   mx = mjx.put_model(mj)
   d0 = mjx.make_data(mx)
-  dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
-  ctrl = jnp.zeros((nstep, batch, mj.nu))
 
   def rollout(d, ctrls):
     def body(d, c):
       return jax.vmap(lambda d, c: mjx.step(mx, d.replace(ctrl=c)))(d, c), None
     return jax.lax.scan(body, d, ctrls)[0]
 
+  # on one device (XLA's thread pool on every core): split over the CPU devices with
+  # shard_worlds, as mjx_py's rollouts are, MJX deadlocks on this machine (jaxlib 0.10.2, 2
+  # cores, batch 64 and 1024: both pool threads wait inside LAPACK's Cholesky, lapack_spotrf_ffi
+  # -> ParallelBatchMap, for work that no free thread is left to run; mjx_py.linalg avoids
+  # LAPACK for this reason)
+  dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
+  ctrl = jnp.zeros((nstep, batch, mj.nu))
   t0 = time.perf_counter()
   fn = jax.jit(rollout).lower(dbatch, ctrl).compile()
   compile_s = time.perf_counter() - t0
@@ -125,8 +130,12 @@ def main():
   parser.add_argument('--nconmax', type=int, default=None,
                       help="mjx_py's contact capacity (put_model nconmax; default: its "
                            'per-geom budget); MuJoCo C and MJX size their contacts their own way')
+  parser.add_argument('--devices', type=int, default=None,
+                      help="CPU devices mjx_py splits a batch over (mjx_py.xla.set_cpu_flags; "
+                           'default: one per core, 1: a single device; MJX runs on one)')
   args = parser.parse_args()
-  set_cpu_flags()            # before any JAX computation (see mjx_py.xla); MJX runs with it too
+  # before any JAX computation (see mjx_py.xla); MJX (a child process) runs with the same flags
+  set_cpu_flags(args.devices)
   with open(args.model) as f:
     xml = f.read()
   if args.option:

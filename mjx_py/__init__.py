@@ -19,7 +19,7 @@ Public API (MuJoCo's names)::
 from __future__ import annotations
 
 from . import mjcf
-from .batch import batch_mesh, model_axes, replicate, shard_batch
+from .batch import batch_mesh, model_axes, replicate, shard_batch, shard_worlds
 from .data import Data, make_data, reset_data
 from .errors import MJCFError, NotSupportedError
 from .forward import forward, step
@@ -63,5 +63,5 @@ def from_xml_path(path, assets: dict | None = None, nconmax: int | None = None,
 __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Data',
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
            'forward', 'step', 'rollout', 'set_const', 'inertia_from_geoms', 'ray', 'contact_force',
-           'model_axes', 'batch_mesh', 'shard_batch', 'replicate', 'FAST_COMPILE',
+           'model_axes', 'batch_mesh', 'shard_batch', 'shard_worlds', 'replicate', 'FAST_COMPILE',
            'enable_compile_cache']

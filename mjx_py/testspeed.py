@@ -85,8 +85,8 @@ def batched_rollout(m, peaks: bool = False):
   """rollout(d, ctrls) -> d: ``len(ctrls)`` steps of ``jax.vmap(step)`` over the batched Data
   ``d`` (leading axis: worlds), ctrls (nstep, batch, nu) set before each step (lax.scan).
 
-  peaks: rollout(d, ctrls, peak) -> (d, peak) instead, peak (2,) int32 the most contacts (ncon)
-  and constraint rows (nefc) any world had after a step's forward pass, folded into the
+  peaks: rollout(d, ctrls, peak) -> (d, peak) instead, peak (batch, 2) int32 the most contacts
+  (ncon) and constraint rows (nefc) each world had after a step's forward pass, folded into the
   ``peak`` passed in (start from zeros), so that a run can tell how much of the capacities
   (nconmax, nefc_max) it used."""
   from mjx_py.forward import step
@@ -101,9 +101,24 @@ def batched_rollout(m, peaks: bool = False):
     def body(carry, c):
       d, peak = carry
       d = one(d, c)
-      return (d, jnp.maximum(peak, jnp.stack([jnp.max(d.ncon), jnp.max(d.nefc)]))), None
+      return (d, jnp.maximum(peak, jnp.stack([d.ncon, d.nefc], axis=-1))), None
     return jax.lax.scan(body, (d, peak), ctrls)[0]
   return rollout_peaks if peaks else rollout
+
+
+def per_device(fn, batch: int, in_axes=0, out_axes=0):
+  """(fn', place, ndev): ``fn`` (a batched function of ``batch`` worlds) run by
+  mjx_py.shard_worlds on every device of JAX's default backend when there are several and
+  ``batch`` is a multiple of their count, else ``fn`` itself; ``place(x, axis=0)`` lays an
+  argument whose batch is on ``axis`` out for fn' (mjx_py.shard_batch; unchanged when fn runs
+  whole); ndev the devices used. One device per CPU core comes from mjx_py.xla.set_cpu_flags."""
+  import mjx_py
+  ndev = len(jax.devices())
+  if ndev == 1 or batch % ndev:
+    return fn, lambda x, axis=0: x, 1
+  mesh = mjx_py.batch_mesh()
+  return (mjx_py.shard_worlds(fn, mesh, in_axes, out_axes),
+          lambda x, axis=0: mjx_py.shard_batch(x, mesh, axis), ndev)
 
 
 def broadcast_batch(d, batch: int):
@@ -127,12 +142,13 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
   """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps
   (``compiler_options``: XLA options of the compile, e.g. mjx_py.FAST_COMPILE; ``nconmax``:
   the contact capacity, None for the default); the steps/s of the fastest of ``repeat`` runs
-  after a warm-up run."""
+  after a warm-up run. With several devices (one per CPU core after mjx_py.xla.set_cpu_flags)
+  each steps its block of the worlds (per_device), as mujoco.rollout's threads do."""
   m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir, nconmax)
-  dbatch = broadcast_batch(d0, batch)
+  fn, place, _ = per_device(batched_rollout(m), batch, in_axes=(0, 1))
+  dbatch, ctrl = place(broadcast_batch(d0, batch)), place(ctrl, axis=1)
   t0 = time.perf_counter()
-  fn = jax.jit(batched_rollout(m)).lower(dbatch, ctrl).compile(
-      compiler_options=compiler_options)
+  fn = jax.jit(fn).lower(dbatch, ctrl).compile(compiler_options=compiler_options)
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(fn(dbatch, ctrl))
   return compile_s, batch * nstep / best_time(lambda: fn(dbatch, ctrl), repeat)
@@ -192,9 +208,12 @@ def main(argv=None) -> int:
                       help='timed runs per batch size (the fastest is reported)')
   parser.add_argument('--nconmax', type=int, default=None,
                       help='contact capacity (put_model nconmax; default: the per-geom budget)')
+  parser.add_argument('--devices', type=int, default=None,
+                      help='CPU devices to split the batch over (mjx_py.xla.set_cpu_flags; '
+                           'default: one per core, 1: a single device)')
   args = parser.parse_args(argv)
   from .xla import compile_options, set_cpu_flags
-  set_cpu_flags()            # before any JAX computation (see mjx_py.xla)
+  set_cpu_flags(args.devices)  # before any JAX computation (see mjx_py.xla)
   xml = _prepare_xml(args.model, args.smooth)
   opts = compile_options(not args.full_opt)
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '

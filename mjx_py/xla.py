@@ -34,6 +34,18 @@ larger than the threshold). The main job, ``mjx_py.testspeed`` and
 ``examples/compare_speed.py`` call it at start (so MJX, measured in the same process, runs
 with it too); library users call it themselves, or set the flag in $XLA_FLAGS.
 
+set_cpu_flags also splits the CPU into one XLA device per core (DEVICE_COUNT_FLAG, JAX's
+``--xla_force_host_platform_device_count``; ``devices=1`` keeps one). A program on one device
+runs as before, on the shared thread pool of all cores; ``mjx_py.shard_worlds`` runs a batch's
+blocks on all devices at once, one per core, as mujoco.rollout runs a thread per core. XLA's
+own use of the second core inside one program is small: the humanoid at batch 1024 (float32,
+FAST_COMPILE, 50 steps) ran 14,479 env-steps/s pinned to one core and 22,485 on two as one device,
+and 29,259 as two devices under shard_worlds; at batch 64, 16,735 as one device and 28,277 as
+two (one process each). A batch of one world stays on one device. The main job and the
+benchmark scripts split every batch that divides evenly (``mjx_py.testspeed.per_device``).
+MJX, in examples/compare_speed.py, stays on one device: split the same way it deadlocks in
+jaxlib's LAPACK Cholesky (see mjx_py.batch.shard_worlds).
+
 enable_compile_cache(path=None): JAX's persistent compilation cache in ``path`` (default
 $MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla), so that a program compiled once (the same model,
 batch size, options and JAX version) loads from disk in a later process instead of being
@@ -50,6 +62,7 @@ import jax
 
 FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False}
 CPU_XLA_FLAGS = '--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=32768'
+DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'
 
 
 def compile_options(fast: bool = True) -> dict | None:
@@ -58,15 +71,38 @@ def compile_options(fast: bool = True) -> dict | None:
   return dict(FAST_COMPILE) if fast and jax.default_backend() == 'cpu' else None
 
 
-def set_cpu_flags() -> bool:
-  """Appends CPU_XLA_FLAGS to $XLA_FLAGS (see the module docstring). Returns True when it did;
-  False when XLA has already started in this process (the flags would have no effect: call it
-  before the first JAX computation) or when $XLA_FLAGS already sets xla_backend_extra_options
-  (the user's setting is kept). Harmless on accelerators (the option is XLA:CPU's)."""
-  flags = os.environ.get('XLA_FLAGS', '')
-  if 'xla_backend_extra_options' in flags or _backend_started():
+def cpu_count() -> int:
+  """The CPU cores this process may run on (its affinity mask where the OS reports one)."""
+  try:
+    return max(1, len(os.sched_getaffinity(0)))
+  except AttributeError:                    # no sched_getaffinity (macOS, Windows)
+    return max(1, os.cpu_count() or 1)
+
+
+def set_cpu_flags(devices: int | None = None) -> bool:
+  """Appends CPU_XLA_FLAGS and the CPU device count to $XLA_FLAGS (see the module docstring).
+
+  devices: how many devices XLA:CPU presents (``--xla_force_host_platform_device_count``);
+  None for one per core (``cpu_count()``), 1 to keep a single device. Several devices change
+  nothing for a program on one device; ``mjx_py.shard_worlds`` runs a batch on all of them.
+  Returns True when it added anything; False when XLA has already started in this process (the
+  flags would have no effect: call it before the first JAX computation) or when $XLA_FLAGS
+  already sets both (the user's settings are kept: xla_backend_extra_options, the device count;
+  so is a count given by ``jax.config.update('jax_num_cpu_devices', n)``). Harmless on
+  accelerators (both are XLA:CPU's)."""
+  if _backend_started():
     return False
-  os.environ['XLA_FLAGS'] = f'{flags} {CPU_XLA_FLAGS}'.strip()
+  flags = os.environ.get('XLA_FLAGS', '')
+  add = []
+  if 'xla_backend_extra_options' not in flags:
+    add.append(CPU_XLA_FLAGS)
+  count = cpu_count() if devices is None else int(devices)
+  if (count > 1 and 'xla_force_host_platform_device_count' not in flags
+          and getattr(jax.config, 'jax_num_cpu_devices', -1) in (-1, None)):
+    add.append(f'{DEVICE_COUNT_FLAG}={count}')
+  if not add:
+    return False
+  os.environ['XLA_FLAGS'] = ' '.join([flags] + add).strip()
   return True
 
 
@@ -96,5 +132,5 @@ def enable_compile_cache(path: str | None = None, min_compile_secs: float = 1.0)
   return path
 
 
-__all__ = ['FAST_COMPILE', 'CPU_XLA_FLAGS', 'compile_options', 'set_cpu_flags',
-           'default_cache_dir', 'enable_compile_cache']
+__all__ = ['FAST_COMPILE', 'CPU_XLA_FLAGS', 'DEVICE_COUNT_FLAG', 'compile_options', 'cpu_count',
+           'set_cpu_flags', 'default_cache_dir', 'enable_compile_cache']

@@ -131,27 +131,33 @@ def test_fast_compile_options():
 
 
 def test_set_cpu_flags(monkeypatch):
-  """mjx_py.xla.set_cpu_flags: before JAX starts, CPU_XLA_FLAGS goes into $XLA_FLAGS and a small
-  while loop (50 steps on 8 KB, above XLA:CPU's default threshold of 1024 bytes) compiles into
-  one kernel, which it does not without the call (separate processes: XLA reads $XLA_FLAGS once,
-  when it starts); after the start, or with the user's own backend options, nothing changes."""
+  """mjx_py.xla.set_cpu_flags: before JAX starts, CPU_XLA_FLAGS and the CPU device count go
+  into $XLA_FLAGS; a small while loop (50 steps on 8 KB, above XLA:CPU's default threshold of
+  1024 bytes) then compiles into one kernel, which it does not without the call, and the CPU
+  presents the devices asked for (devices=1: one, no count flag); separate processes, as XLA
+  reads $XLA_FLAGS once, when it starts. After the start, or with the user's own backend
+  options, nothing changes."""
   import subprocess
   import sys
 
-  from mjx_py.xla import CPU_XLA_FLAGS, set_cpu_flags
+  from mjx_py.xla import CPU_XLA_FLAGS, DEVICE_COUNT_FLAG, set_cpu_flags
   code = ('import os, sys\n'
           'from mjx_py import xla\n'
-          'applied = xla.set_cpu_flags() if sys.argv[1] == "on" else False\n'
+          'n = int(sys.argv[1])\n'
+          'applied = xla.set_cpu_flags(n) if n else False\n'
           'import jax, jax.numpy as jnp\n'
           'f = jax.jit(lambda x: jax.lax.fori_loop(0, 50, lambda i, y: jnp.sin(y) + y[::-1], x))\n'
           'small = "xla_cpu_small_call" in f.lower(jnp.ones(2000)).compile().as_text()\n'
-          'print(applied, small, xla.set_cpu_flags(), os.environ.get("XLA_FLAGS", "-"))\n')
+          'print(applied, small, xla.set_cpu_flags(), len(jax.devices("cpu")), '
+          'os.environ.get("XLA_FLAGS", "-"))\n')
   env = {k: v for k, v in os.environ.items() if k != 'XLA_FLAGS'}
-  out = {mode: subprocess.run([sys.executable, '-c', code, mode], env=env, capture_output=True,
-                              text=True, check=True).stdout.split(maxsplit=3)
-         for mode in ('on', 'off')}
-  assert out['on'][:3] == ['True', 'True', 'False'] and out['on'][3].strip() == CPU_XLA_FLAGS
-  assert out['off'][:3] == ['False', 'False', 'False'] and out['off'][3].strip() == '-'
+  out = {n: subprocess.run([sys.executable, '-c', code, str(n)], env=env, capture_output=True,
+                           text=True, check=True).stdout.split(maxsplit=4)
+         for n in (3, 1, 0)}
+  assert out[3][:4] == ['True', 'True', 'False', '3']
+  assert out[3][4].split() == [CPU_XLA_FLAGS, f'{DEVICE_COUNT_FLAG}=3']
+  assert out[1][:4] == ['True', 'True', 'False', '1'] and out[1][4].strip() == CPU_XLA_FLAGS
+  assert out[0][:4] == ['False', 'False', 'False', '1'] and out[0][4].strip() == '-'
   jnp.ones(1).block_until_ready()                   # this process's XLA has started
   monkeypatch.setenv('XLA_FLAGS', '--xla_cpu_use_fusion_emitters=false')
   assert not set_cpu_flags() and os.environ['XLA_FLAGS'] == '--xla_cpu_use_fusion_emitters=false'
@@ -239,7 +245,7 @@ def test_main_job_contact_capacity(capsys):
 
 def test_rollout_peaks_are_the_largest_counts():
   """testspeed.batched_rollout(m, peaks=True) (the main job's rollout): the peak it carries is
-  the largest ncon / nefc of any world after any step, folded into the peak passed in."""
+  each world's largest ncon / nefc after any step, folded into the peak passed in."""
   from mjx_py import testspeed
   hopper = os.path.join(ROOT, 'models', 'hopper.xml')
   with open(hopper) as f:
@@ -248,27 +254,30 @@ def test_rollout_peaks_are_the_largest_counts():
   d = testspeed.broadcast_batch(d0, 3)
   d = d.__class__(**{**vars(d), 'qpos': d.qpos.at[:, 1].add(jnp.asarray([-0.3, 0.0, 0.2]))})
   fn = jax.jit(testspeed.batched_rollout(m, peaks=True))
-  peak = jnp.zeros((2,), jnp.int32)
+  peak = jnp.zeros((3, 2), jnp.int32)
   seen = []
   for c in ctrl:             # one step per call: every step's counts are visible
     d, peak = fn(d, c, peak)
-    seen.append((int(jnp.max(d.ncon)), int(jnp.max(d.nefc))))
-  assert tuple(int(x) for x in peak) == tuple(max(x) for x in zip(*seen))
-  assert max(n for n, _ in seen) > 0                       # the hopper touches the floor
-  _, again = fn(d, ctrl[0], jnp.asarray([99, 0], jnp.int32))
-  assert int(again[0]) == 99                               # folded into the peak passed in
+    seen.append(np.stack([np.asarray(d.ncon), np.asarray(d.nefc)], axis=-1))
+  np.testing.assert_array_equal(peak, np.max(seen, axis=0))
+  assert np.max(np.asarray(seen)[..., 0]) > 0              # the hopper touches the floor
+  _, again = fn(d, ctrl[0], peak.at[1, 0].set(99))
+  assert int(again[1, 0]) == 99                            # folded into the peak passed in
 
 
 def test_main_job_compile_cache(tmp_path):
   """--cache: the first run compiles and stores the batched step in the persistent cache
-  ($MJX_PY_CACHE_DIR), the second loads it from there (separate processes, as users run it)."""
+  ($MJX_PY_CACHE_DIR), the second loads it from there (separate processes, as users run it);
+  with --devices 2 the batch runs one world per device (the per-device program is cached)."""
   import subprocess
   import sys
   hopper = os.path.join(ROOT, 'models', 'hopper.xml')
   env = dict(os.environ, MJX_PY_CACHE_DIR=str(tmp_path / 'xla'))
   cmd = [sys.executable, '-m', 'mjx_py', hopper, '--repeat', '1', '--batch', '2', '--nstep', '5',
-         '--no-progress', '--cache']
+         '--no-progress', '--cache', '--devices', '2']
   first = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+  # --devices 2: the CPU as two devices, each stepping one of the two worlds (shard_worlds)
+  assert '2 worlds x 5 steps, 1 on each of 2 devices' in first
   assert f"persistent compilation cache: {tmp_path / 'xla'} (compiled, then stored)" in first
   assert os.listdir(tmp_path / 'xla')
   second = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout

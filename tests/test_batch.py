@@ -5,9 +5,12 @@
    ``set_const`` inside the vmapped function) equals stepping each world alone with its own
    Model, over 40 steps with contacts (float64).
 2. ``model_axes`` refuses static fields and unknown names.
-3. ``shard_batch`` / ``replicate`` on a CPU with 2 forced host devices (a subprocess: the device
-   count is fixed when JAX starts): a jitted, vmapped rollout of 4 worlds runs sharded, its
-   outputs stay split across both devices, and it equals the unsharded rollout.
+3. ``shard_batch`` / ``replicate`` / ``shard_worlds`` on a CPU with 2 forced host devices (a
+   subprocess: the device count is fixed when JAX starts): a jitted, vmapped rollout of 4
+   worlds runs sharded, its outputs stay split across both devices, and it equals the
+   unsharded rollout; so does the rollout run per device by ``shard_worlds`` (per-world masses
+   through ``model_axes``, controls with the batch on axis 1), and a loop of a compiled
+   per-device step fed its own outputs.
 """
 
 from __future__ import annotations
@@ -168,7 +171,48 @@ SHARDED = textwrap.dedent('''
         assert 'cannot be split' in str(e)
     rep = mjx_py.replicate(m)
     assert rep.body_mass.sharding.is_fully_replicated
-    print('sharded ok', err)
+
+    # shard_worlds: each device runs the batched rollout on its worlds alone (no batch-wide
+    # decisions across devices); per-world Model fields via model_axes, controls with the
+    # batch on axis 1, so the row bucket and early exits are each device's own
+    axes = mjx_py.model_axes(m, ['body_mass'])
+    mb = dataclasses.replace(m, body_mass=mass)
+
+    def run_model(mb, ctrls_t):
+        def one(mm, ctrl):
+            mm = mjx_py.set_const(mm)
+            def body(d, c):
+                d = mjx_py.step(mm, dataclasses.replace(d, ctrl=c))
+                return d, d.qpos
+            return jax.lax.scan(body, d0, ctrl)[1]
+        return jax.vmap(one, in_axes=(axes, 1))(mb, ctrls_t)
+
+    per_dev = jax.jit(mjx_py.shard_worlds(run_model, in_axes=(axes, 1)))
+    ctrls_t = jnp.swapaxes(ctrls, 0, 1)                    # (nstep, n, nu)
+    smb = dataclasses.replace(m, body_mass=mjx_py.shard_batch(mass))
+    out = per_dev(smb, mjx_py.shard_batch(ctrls_t, axis=1))
+    assert len(out.sharding.device_set) == 2 and not out.sharding.is_fully_replicated
+    err_worlds = float(jnp.max(jnp.abs(out - ref)))
+    assert err_worlds < 1e-12, err_worlds
+
+    # a stepping loop: the compiled step takes back its own outputs (empty leaves included)
+    db = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (n,) + x.shape), d0)
+    vstep = jax.vmap(lambda d: mjx_py.step(m, d))
+    sstep = jax.jit(mjx_py.shard_worlds(vstep))
+    sd = mjx_py.shard_batch(db)
+    compiled = sstep.lower(sd).compile()
+    ud = db
+    for _ in range(3):
+        sd, ud = compiled(sd), jax.jit(vstep)(ud)
+    assert len(sd.qpos.sharding.device_set) == 2
+    err_loop = float(jnp.max(jnp.abs(sd.qpos - ud.qpos)))
+    assert err_loop < 1e-12, err_loop
+    try:
+        mjx_py.shard_batch(ctrls_t[:, :3], axis=1)
+        raise SystemExit('no error for 3 worlds on 2 devices (axis 1)')
+    except ValueError as e:
+        assert 'axis 1' in str(e)
+    print('sharded ok', err, err_worlds, err_loop)
 ''')
 
 
