@@ -1,5 +1,6 @@
 """Domain randomization: a batch of worlds whose geometry, materials, friction and motors differ,
-made consistent with mjx_py.set_const(m, from_geoms=True), then stepped with one jax.vmap.
+made consistent with mjx_py.set_const(m, from_geoms=True), then stepped with one jax.vmap
+(split over the CPU's cores by mjx_py.shard_worlds).
 
 Per world: every collision geom's size is scaled by U(0.9, 1.1) (thicker or thinner limbs),
 geom densities by U(0.8, 1.2), sliding friction by U(0.5, 1.5) and actuator gears by
@@ -51,17 +52,14 @@ def randomize(m: mjx_py.Model, key, n: int) -> mjx_py.Model:
 CONSISTENT = list(massprops.WRITES + setconst.WRITES)
 
 
-def rollout(m: mjx_py.Model, axes, nstep: int):
-  """rollout(models, d, key) -> d: nstep vmapped steps of the batched models under random
-  controls in each actuator's control range."""
-  lo, hi = m.actuator_ctrlrange[:, 0], m.actuator_ctrlrange[:, 1]
-
-  def run(models, d, key):
-    def body(d, key):
-      ctrl = jax.random.uniform(key, d.ctrl.shape, minval=lo, maxval=hi, dtype=d.ctrl.dtype)
+def rollout(m: mjx_py.Model, axes):
+  """rollout(models, d, ctrls) -> d: vmapped steps of the batched models, ctrls (nstep, batch,
+  nu) set before each step."""
+  def run(models, d, ctrls):
+    def body(d, ctrl):
       d = dataclasses.replace(d, ctrl=ctrl)
       return jax.vmap(mjx_py.step, in_axes=(axes, 0))(models, d), None
-    return jax.lax.scan(body, d, jax.random.split(key, nstep))[0]
+    return jax.lax.scan(body, d, ctrls)[0]
   return run
 
 
@@ -72,6 +70,7 @@ def main():
   parser.add_argument('--nstep', type=int, default=100)
   parser.add_argument('--seed', type=int, default=0)
   args = parser.parse_args()
+  mjx_py.xla.set_cpu_flags()   # before any JAX computation: one CPU device per core (mjx_py.xla)
 
   m = mjx_py.from_xml_path(args.model)
   models = randomize(m, jax.random.PRNGKey(args.seed), args.batch)
@@ -84,15 +83,27 @@ def main():
   axes = mjx_py.model_axes(m, list(RANDOMIZED) + CONSISTENT)
   d = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (args.batch,) + x.shape),
                              mjx_py.make_data(m))
-  run = jax.jit(rollout(m, axes, args.nstep), compiler_options=mjx_py.xla.compile_options())
-  key = jax.random.PRNGKey(args.seed + 1)
+  # random controls in each actuator's control range, drawn per world and step
+  lo, hi = m.actuator_ctrlrange[:, 0], m.actuator_ctrlrange[:, 1]
+  ctrls = jax.random.uniform(jax.random.PRNGKey(args.seed + 1), (args.nstep, args.batch, m.nu),
+                             minval=lo, maxval=hi, dtype=d.ctrl.dtype)
+  run = rollout(m, axes)
+  ndev = len(jax.devices())
+  if ndev > 1 and args.batch % ndev == 0:
+    # each device (one per CPU core, set_cpu_flags) steps its block of worlds on its own; the
+    # Model's per-world fields and the controls are split along their batch axes
+    run = mjx_py.shard_worlds(run, in_axes=(axes, 0, 1))
+  run = jax.jit(run, compiler_options=mjx_py.xla.compile_options())
   t0 = time.perf_counter()
-  compiled = run.lower(models, d, key).compile()
+  compiled = run.lower(models, d, ctrls).compile()
+  compile_s = time.perf_counter() - t0
+  jax.block_until_ready(compiled(models, d, ctrls))    # warm-up: the first run's allocations
   t1 = time.perf_counter()
-  out = jax.block_until_ready(compiled(models, d, key))
+  out = jax.block_until_ready(compiled(models, d, ctrls))
   t2 = time.perf_counter()
   height = np.asarray(out.qpos[:, 2]) if m.nq >= 3 else np.zeros(args.batch)
-  print(f'compile {t1 - t0:.1f} s; {args.batch} x {args.nstep} steps in {t2 - t1:.2f} s '
+  print(f'compile {compile_s:.1f} s; {args.batch} x {args.nstep} steps on {ndev} device(s) in '
+        f'{t2 - t1:.2f} s '
         f'({args.batch * args.nstep / (t2 - t1):,.0f} env-steps/s); qpos[2] after the run: '
         f'{height.min():.3f} - {height.max():.3f}; '
         f'warnings {int(np.sum(np.asarray(out.warning_counts)))}')
