@@ -65,11 +65,11 @@ def _time_mjx(xml: str, batch: int, nstep: int, repeat: int):
       return jax.vmap(lambda d, c: mjx.step(mx, d.replace(ctrl=c)))(d, c), None
     return jax.lax.scan(body, d, ctrls)[0]
 
-  # on one device (XLA's thread pool on every core): split over the CPU devices with
-  # shard_worlds, as mjx_py's rollouts are, MJX deadlocks on this machine (jaxlib 0.10.2, 2
-  # cores, batch 64 and 1024: both pool threads wait inside LAPACK's Cholesky, lapack_spotrf_ffi
-  # -> ParallelBatchMap, for work that no free thread is left to run; mjx_py.linalg avoids
-  # LAPACK for this reason)
+  # on one device (XLA's thread pool on every core; see _time_mjx_limited): split over the CPU
+  # devices with shard_worlds, as mjx_py's rollouts are, MJX deadlocked on this machine
+  # (jaxlib 0.10.2, 2 cores, batch 64 and 1024: both pool threads waiting inside LAPACK's
+  # Cholesky, lapack_spotrf_ffi -> ParallelBatchMap, for work that no free thread was left to
+  # run; mjx_py.linalg avoids LAPACK for this reason)
   dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
   ctrl = jnp.zeros((nstep, batch, mj.nu))
   t0 = time.perf_counter()
@@ -93,7 +93,21 @@ def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: fl
   queue = ctx.Queue()
   proc = ctx.Process(target=_mjx_worker, args=(xml, batch, nstep, repeat, queue))
   t0 = time.perf_counter()
-  proc.start()
+  flags = os.environ.get('XLA_FLAGS', '')
+  # MJX runs on one device, without the split into one device per core, and its batches with
+  # the loop threshold of 32 KB (at batch 1 it runs, and faster, with 1 MB). Its humanoid step
+  # at batch 1024 deadlocks on this machine now and then (jaxlib 0.10.2, 2 cores: both pool
+  # threads waiting inside LAPACK's Cholesky, lapack_spotrf_ffi -> ParallelBatchMap, for pool
+  # work no free thread was left to run): in 4 of 5 runs of this script in one session, with
+  # 1 MB or 32 KB, one or two CPU devices; these settings are the ones it ran with before.
+  child = re.sub(r'\s*--xla_force_host_platform_device_count=\d+', '', flags)
+  if batch > 1:
+    child = re.sub(r'(small_while_loop_byte_threshold=)\d+', r'\g<1>32768', child)
+  os.environ['XLA_FLAGS'] = child.strip()
+  try:
+    proc.start()                     # the child reads $XLA_FLAGS as it is now
+  finally:
+    os.environ['XLA_FLAGS'] = flags
   try:
     return queue.get(timeout=timeout)
   except queue_module.Empty:

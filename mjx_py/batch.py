@@ -28,8 +28,8 @@ look only at the device's own worlds. A plain ``jax.jit`` of the vmapped step ov
 batch also runs, but XLA's SPMD partitioner then makes those batch-wide decisions across
 devices (a reduction between devices at every solver iteration, and the chunks' gathers
 reach across devices): measured on the humanoid at batch 1024 (float32, 2-core CPU, 2 host
-devices, 50 steps), 12,523 env-steps/s under plain jit against 29,259 with ``shard_worlds``
-and 22,485 unsharded on one device.
+devices, 50 steps, XLA's default loop threshold), 12,523 env-steps/s under plain jit against
+29,259 with ``shard_worlds`` and 22,485 unsharded on one device.
 
 One device per CPU core. XLA:CPU runs a program's operations on a pool of threads, but a
 step's operations are small and mostly run one after another, so the second core adds little:

@@ -21,17 +21,27 @@ unless ``--full-opt`` is given, and it is the recommended option for ``jax.jit(s
 set_cpu_flags(): adds CPU_XLA_FLAGS to $XLA_FLAGS, which XLA reads once, when it starts (the
 first computation of the process); so call it before any JAX computation. CPU_XLA_FLAGS raises
 XLA:CPU's small-while-loop threshold (the backend option
-xla_cpu_small_while_loop_byte_threshold, default 1024 bytes) to 32768: a while loop whose
+xla_cpu_small_while_loop_byte_threshold, default 1024 bytes) to 1 MB: a while loop whose
 buffers fit it is compiled into one kernel (a "small call") instead of running each step's
 operations one by one on XLA's thunk executor, whose per-operation cost dominates a single
 world's step. It is not a compile option (``compiler_options`` cannot set backend options), hence
-the environment variable; results are unchanged (float64 rollouts bit-identical). Measured
+the environment variable; results are unchanged up to rounding (below). Measured
 (float32 rollouts of 200 steps at batch 1, 2-core CPU, FAST_COMPILE, each setting in its own
 process, medians of 7 over 2-3 processes): humanoid 6,038-6,150 -> 6,727-6,817 env-steps/s,
 hopper 6,051-6,122 -> 7,145-7,211, ant 3,044-3,089 -> 3,819-3,888; at batch 64 the humanoid
 gained about 2% (15,172-16,233 -> 15,544-16,647) and at batch 1024 nothing (its loops are
-larger than the threshold). The main job, ``mjx_py.testspeed`` and
-``examples/compare_speed.py`` call it at start (so MJX, measured in the same process, runs
+larger than the threshold). Those figures are for a threshold of 32 KB. With one device per
+core (below) each device's program runs on its own, and whole loops pay more: raised to 1 MB
+(float32, FAST_COMPILE, one process per setting, medians of 7), the humanoid at batch 64 split
+over 2 devices went from 26,322-28,376 to 32,132-32,729 env-steps/s, at batch 1 (300 steps)
+from 7,520-7,568 to 8,286-8,391, the hopper at batch 1 from 7,133-7,408 to 7,655-7,760; the
+ant at batch 1 (3,919-3,976 against 3,838-3,901), the hopper and the ant at batch 64 split
+(46,547 -> 46,687, 18,976 -> 19,818), the humanoid at batch 1024 split (30,045 -> 29,504),
+at batch 64 on one device (16,510-16,668 against 16,641-16,903), the gradient through 100
+steps (49.3 against 49.1 ms) and the compile times moved within noise. Float64 rollouts of 100
+steps: bit-identical at batch 8 (humanoid, ant); at batch 1 within 1.6e-10 (the humanoid's
+qpos and qacc; the loop compiled whole rounds differently). The main job, ``mjx_py.testspeed``
+and ``examples/compare_speed.py`` call it at start (so MJX, measured in the same process, runs
 with it too); library users call it themselves, or set the flag in $XLA_FLAGS.
 
 set_cpu_flags also splits the CPU into one XLA device per core (DEVICE_COUNT_FLAG, JAX's
@@ -39,12 +49,12 @@ set_cpu_flags also splits the CPU into one XLA device per core (DEVICE_COUNT_FLA
 runs as before, on the shared thread pool of all cores; ``mjx_py.shard_worlds`` runs a batch's
 blocks on all devices at once, one per core, as mujoco.rollout runs a thread per core. XLA's
 own use of the second core inside one program is small: the humanoid at batch 1024 (float32,
-FAST_COMPILE, 50 steps) ran 14,479 env-steps/s pinned to one core and 22,485 on two as one device,
-and 29,259 as two devices under shard_worlds; at batch 64, 16,735 as one device and 28,277 as
-two (one process each). A batch of one world stays on one device. The main job and the
-benchmark scripts split every batch that divides evenly (``mjx_py.testspeed.per_device``).
-MJX, in examples/compare_speed.py, stays on one device: split the same way it deadlocks in
-jaxlib's LAPACK Cholesky (see mjx_py.batch.shard_worlds).
+FAST_COMPILE, 50 steps, XLA's default loop threshold) ran 14,479 env-steps/s pinned to one
+core and 22,485 on two as one device, and 29,259 as two devices under shard_worlds; at batch
+64, 16,735 as one device and 28,277 as two (one process each). A batch of one world stays on
+one device. The main job and the benchmark scripts split every batch that divides evenly
+(``mjx_py.testspeed.per_device``). MJX, in examples/compare_speed.py, stays on one device:
+split the same way it deadlocks in jaxlib's LAPACK Cholesky (see mjx_py.batch.shard_worlds).
 
 enable_compile_cache(path=None): JAX's persistent compilation cache in ``path`` (default
 $MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla), so that a program compiled once (the same model,
@@ -61,7 +71,8 @@ import os
 import jax
 
 FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False}
-CPU_XLA_FLAGS = '--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=32768'
+CPU_XLA_FLAGS = ('--xla_backend_extra_options='
+                 'xla_cpu_small_while_loop_byte_threshold=1048576')
 DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'
 
 
