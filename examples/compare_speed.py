@@ -148,7 +148,8 @@ def main():
                       help="CPU devices mjx_py splits a batch over (mjx_py.xla.set_cpu_flags; "
                            'default: one per core, 1: a single device; MJX runs on one)')
   args = parser.parse_args()
-  # before any JAX computation (see mjx_py.xla); MJX (a child process) runs with the same flags
+  # before any JAX computation (see mjx_py.xla); MJX's child process gets its own variant of
+  # them (_time_mjx_limited)
   set_cpu_flags(args.devices)
   with open(args.model) as f:
     xml = f.read()

@@ -40,9 +40,10 @@ ant at batch 1 (3,919-3,976 against 3,838-3,901), the hopper and the ant at batc
 at batch 64 on one device (16,510-16,668 against 16,641-16,903), the gradient through 100
 steps (49.3 against 49.1 ms) and the compile times moved within noise. Float64 rollouts of 100
 steps: bit-identical at batch 8 (humanoid, ant); at batch 1 within 1.6e-10 (the humanoid's
-qpos and qacc; the loop compiled whole rounds differently). The main job, ``mjx_py.testspeed``
-and ``examples/compare_speed.py`` call it at start (so MJX, measured in the same process, runs
-with it too); library users call it themselves, or set the flag in $XLA_FLAGS.
+qpos and qacc: the loop compiled as one kernel rounds some sums differently). The main job,
+``mjx_py.testspeed`` and ``examples/compare_speed.py`` call it at start (MJX, measured in a
+child process of compare_speed, gets its own variant); library users call it themselves, or
+set the flag in $XLA_FLAGS.
 
 set_cpu_flags also splits the CPU into one XLA device per core (DEVICE_COUNT_FLAG, JAX's
 ``--xla_force_host_platform_device_count``; ``devices=1`` keeps one). A program on one device
@@ -96,11 +97,12 @@ def set_cpu_flags(devices: int | None = None) -> bool:
   devices: how many devices XLA:CPU presents (``--xla_force_host_platform_device_count``);
   None for one per core (``cpu_count()``), 1 to keep a single device. Several devices change
   nothing for a program on one device; ``mjx_py.shard_worlds`` runs a batch on all of them.
-  Returns True when it added anything; False when XLA has already started in this process (the
-  flags would have no effect: call it before the first JAX computation) or when $XLA_FLAGS
-  already sets both (the user's settings are kept: xla_backend_extra_options, the device count;
-  so is a count given by ``jax.config.update('jax_num_cpu_devices', n)``). Harmless on
-  accelerators (both are XLA:CPU's)."""
+  Returns True when it added anything; False when it added nothing: XLA has already started in
+  this process (the flags would have no effect: call it before the first JAX computation), or
+  $XLA_FLAGS already sets what it would add (the user's settings are kept: any
+  xla_backend_extra_options, a device count; so is a count given by
+  ``jax.config.update('jax_num_cpu_devices', n)``). Harmless on accelerators (both are
+  XLA:CPU's)."""
   if _backend_started():
     return False
   flags = os.environ.get('XLA_FLAGS', '')
