@@ -65,11 +65,8 @@ def _time_mjx(xml: str, batch: int, nstep: int, repeat: int):
       return jax.vmap(lambda d, c: mjx.step(mx, d.replace(ctrl=c)))(d, c), None
     return jax.lax.scan(body, d, ctrls)[0]
 
-  # on one device (XLA's thread pool on every core; see _time_mjx_limited): split over the CPU
-  # devices with shard_worlds, as mjx_py's rollouts are, MJX deadlocked on this machine
-  # (jaxlib 0.10.2, 2 cores, batch 64 and 1024: both pool threads waiting inside LAPACK's
-  # Cholesky, lapack_spotrf_ffi -> ParallelBatchMap, for work that no free thread was left to
-  # run; mjx_py.linalg avoids LAPACK for this reason)
+  # on one device, not split over the CPU devices with shard_worlds as mjx_py's rollouts are:
+  # split, MJX deadlocked in LAPACK's Cholesky at batch 64 and 1024 (see _time_mjx_limited)
   dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
   ctrl = jnp.zeros((nstep, batch, mj.nu))
   t0 = time.perf_counter()

@@ -143,8 +143,10 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
                                          in_axes=(0, 1, 0))
   d, ctrl = place(testspeed.broadcast_batch(d, batch)), place(ctrl, axis=2)
   peak = place(jax.numpy.zeros((batch, 2), jax.numpy.int32))
-  split = f', {batch // ndev} on each of {ndev} devices' if ndev > 1 else ''
-  if ndev == 1 and batch > 1 and len(jax.devices()) > 1:
+  split = ''
+  if ndev > 1:
+    split = f', {batch // ndev} on each of {ndev} devices'
+  elif batch > 1 and len(jax.devices()) > 1:
     split = f', on one device ({batch} worlds do not split evenly over {len(jax.devices())})'
   print('simulating ' + ('without constraints' if smooth else 'with contacts and constraints')
         + f' on {testspeed.device_name()}: {batch} worlds x {nchunk * chunk} steps{split}')
