@@ -175,9 +175,8 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   if progress:
     sys.stderr.write('\n')
   sps = batch * nchunk * chunk / run_s
-  bad = int(jax.numpy.sum(d.warning_counts))
   print(f'simulate: {sps:,.0f} env-steps/s ({run_s:.2f} s for {batch * nchunk * chunk:,} '
-        f'env-steps); warnings raised: {bad}')
+        f'env-steps); warnings raised: {warning_summary(d.warning_counts)}')
   ncon, nefc = (int(x) for x in jax.numpy.max(peak, axis=0))
   print(f'capacity used: at most {ncon} of nconmax={m.nconmax} contacts and {nefc} of '
         f'nefc_max={m.nefc_max} constraint rows in any world and step (the stages after '
@@ -186,6 +185,19 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   print(f'peak memory: {testspeed.peak_rss_mb():,.0f} MB resident'
         + (f', {device:,.0f} MB on the device' if device is not None else ''))
   return sps
+
+
+def warning_summary(counts) -> str:
+  """The warnings of a batch, counts (batch, NWARNING) int (Data.warning_counts): their total,
+  then each kind raised with MuJoCo's name, its count and the worlds that raised it, e.g.
+  ``3 (mjWARN_CONTACTFULL 3 in 1 of 1024 worlds)``; ``0`` when none was."""
+  import numpy as np
+
+  from .data import WARNING_NAMES
+  counts = np.asarray(counts).reshape(-1, len(WARNING_NAMES))
+  kinds = [f'{name} {int(counts[:, i].sum())} in {int(np.count_nonzero(counts[:, i]))} of '
+           f'{len(counts)} worlds' for i, name in enumerate(WARNING_NAMES) if counts[:, i].any()]
+  return f'{int(counts.sum())}' + (f' ({", ".join(kinds)})' if kinds else '')
 
 
 def _compare(args) -> int:

@@ -69,6 +69,9 @@ import jax.numpy as jnp
 import numpy as np
 
 NWARNING = 8
+# mjtWarning, the order of warning_counts
+WARNING_NAMES = ('mjWARN_INERTIA', 'mjWARN_CONTACTFULL', 'mjWARN_CNSTRFULL', 'mjWARN_VGEOMFULL',
+                 'mjWARN_BADQPOS', 'mjWARN_BADQVEL', 'mjWARN_BADQACC', 'mjWARN_BADCTRL')
 SOLVER_PGS = 0  # mjtSolver
 
 

@@ -197,6 +197,19 @@ def test_missing_file_is_mjcf_error(tmp_path):
   assert 'nope.xml' in str(e.value)
 
 
+def test_main_job_names_the_warnings():
+  """The main job's warning line names each kind raised (MuJoCo's mjtWarning names, in
+  warning_counts' order), its count and how many worlds raised it."""
+  from mjx_py.__main__ import warning_summary
+  counts = np.zeros((1024, 8), np.int32)
+  assert warning_summary(counts) == '0'
+  counts[186, 1] = 3                       # contact buffer full, 3 pairs left out
+  counts[[5, 7], 6] = [1, 2]               # bad qacc in two worlds
+  assert warning_summary(counts) == ('6 (mjWARN_CONTACTFULL 3 in 1 of 1024 worlds, '
+                                     'mjWARN_BADQACC 3 in 2 of 1024 worlds)')
+  assert warning_summary(counts[186]) == '3 (mjWARN_CONTACTFULL 3 in 1 of 1 worlds)'
+
+
 def test_main_job_prints_summary(capsys):
   from mjx_py.__main__ import main
   cartpole = os.path.join(ROOT, 'models', 'cartpole.xml')
