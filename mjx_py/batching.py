@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 from jax.custom_batching import custom_vmap
 
+from .xla import full_precision
+
 
 def _broadcast(axis_size, args, in_batched):
   """``args`` with every unbatched leaf broadcast to a leading axis of ``axis_size``."""
@@ -38,6 +40,7 @@ def per_world(batch_fn):
     return batch_fn(*args)
 
   @many.def_vmap
+  @full_precision
   def _many_rule(axis_size, in_batched, *args):
     # (axis_size, B, ...): one flat batch of axis_size * B worlds
     args = _broadcast(axis_size, args, in_batched)
@@ -52,6 +55,7 @@ def per_world(batch_fn):
     return jax.tree_util.tree_map(lambda x: x[0], out)
 
   @one.def_vmap
+  @full_precision
   def _one_rule(axis_size, in_batched, *args):
     out = many(*_broadcast(axis_size, args, in_batched))
     return out, jax.tree_util.tree_map(lambda _: True, out)

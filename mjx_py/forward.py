@@ -40,6 +40,7 @@ from . import (
   transmission,
   velocity,
 )
+from .xla import full_precision
 
 DSBL_CONSTRAINT, DSBL_EQUALITY, DSBL_FRICTIONLOSS, DSBL_LIMIT, DSBL_CONTACT = 1, 2, 4, 8, 16
 EULER, RK4, IMPLICIT, IMPLICITFAST = 0, 1, 2, 3
@@ -86,6 +87,7 @@ def fwd_constraint(m, d):
   return solver.solve(m, d)
 
 
+@full_precision
 def forward(m, d, *, skipsensor=False):
   """Forward dynamics (mj_forward): every derived quantity of the current state.
 
@@ -125,6 +127,7 @@ def sensors(m, d):
   return sensor.sensor_acc(m, d)
 
 
+@full_precision
 def step(m, d):
   """One simulation step (mj_step): the qpos / qvel checks, forward dynamics, the qacc check,
   then integration (mjx_py.check: bad worlds are flagged and reset)."""

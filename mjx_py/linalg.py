@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .batching import per_world
+from .xla import full_precision
 
 
 def _inverse_batch(a):
@@ -156,6 +157,7 @@ def _value_by_direct_solve(implicit):
     return solve_direct(lax.stop_gradient(a), lax.stop_gradient(b))
 
   @solve_fn.defjvp
+  @full_precision
   def _jvp(primals, tangents):
     return jax.jvp(implicit, primals, tangents)
 

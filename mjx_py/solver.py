@@ -157,6 +157,7 @@ from .check import batch_any
 from .data import dual_rows
 from .errors import NotSupportedError
 from .math import MINVAL
+from .xla import full_precision
 
 # float32 floors of opt.tolerance and opt.ls_tolerance (see the module docstring)
 F32_TOLERANCE, F32_LS_TOLERANCE = 1e-5, 0.1
@@ -965,6 +966,7 @@ def _implicit(floats, ints, qstar, state):
 
 
 @_implicit.defjvp
+@full_precision
 def _implicit_jvp(primals, tangents):
   floats, ints, qstar, state = primals
   qstar, state = lax.stop_gradient(qstar), lax.stop_gradient(state)
@@ -987,6 +989,7 @@ def _force_at(floats, ints, qacc, state, fstar):
 
 
 @_force_at.defjvp
+@full_precision
 def _force_at_jvp(primals, tangents):
   floats, ints, qacc, state, fstar = primals
   dfloats, _, dqacc, _, _ = tangents

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 
@@ -195,6 +196,43 @@ def test_missing_file_is_mjcf_error(tmp_path):
   with pytest.raises(mjx_py.MJCFError) as e:
     mjx_py.from_xml_path(tmp_path / 'nope.xml')
   assert 'nope.xml' in str(e.value)
+
+
+def _dot_precisions(jaxpr, out):
+  """The precision of every dot_general in ``jaxpr`` and its sub-jaxprs (scans, loops, conds,
+  custom rules), appended to ``out``."""
+  from jax.extend import core as jcore
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == 'dot_general':
+      out.append(eqn.params['precision'])
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        if isinstance(sub, (jcore.ClosedJaxpr, jcore.Jaxpr)):
+          _dot_precisions(getattr(sub, 'jaxpr', sub), out)
+  return out
+
+
+def test_matrix_products_run_in_full_precision():
+  """Every matrix product of step is traced at Precision.HIGHEST (float32's full mantissa on
+  accelerators, mjx_py.xla.full_precision), also those JAX traces outside step's call: the
+  solver's vmap rules under vmap of a jitted step and the implicit-gradient JVP rules under
+  grad of one. A default precision the caller sets is kept."""
+  m = mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'hopper.xml'))
+  d = mjx_py.make_data(m)
+  jstep = jax.jit(lambda d: mjx_py.step(m, d))
+  batched = jax.tree_util.tree_map(lambda x: x[None], d)
+
+  def loss(qvel):
+    return jnp.sum(jstep(dataclasses.replace(d, qvel=qvel)).qpos)
+
+  highest = (jax.lax.Precision.HIGHEST,) * 2
+  for fn, arg in [(lambda d: mjx_py.step(m, d), d), (jax.vmap(jstep), batched),
+                  (jax.grad(loss), d.qvel)]:
+    found = _dot_precisions(jax.make_jaxpr(fn)(arg).jaxpr, [])
+    assert found and all(p == highest for p in found), set(found)
+  with jax.default_matmul_precision('tensorfloat32'):
+    found = _dot_precisions(jax.make_jaxpr(lambda d: mjx_py.step(m, d))(d).jaxpr, [])
+  assert (jax.lax.Precision.HIGH,) * 2 in found
 
 
 def test_main_job_names_the_warnings():
