@@ -12,13 +12,13 @@ Public API (MuJoCo's names)::
   axes = mjx_py.model_axes(m, ['body_mass'])         # vmap in_axes for per-world fields
   m = mjx_py.set_const(m, from_geoms=True)           # mj_setConst (+ masses from edited geoms)
   d = mjx_py.shard_batch(d)                          # a batch of worlds across devices
-  jax.jit(f, compiler_options=mjx_py.FAST_COMPILE)   # CPU: faster compile, less memory
+  jax.jit(f, compiler_options=mjx_py.xla.compile_options())  # CPU: FAST_COMPILE where it exists
   mjx_py.enable_compile_cache()                      # reuse compiled programs across runs
 """
 
 from __future__ import annotations
 
-from . import mjcf
+from . import mjcf, xla  # noqa: F401  (mjx_py.xla.compile_options, set_cpu_flags)
 from .batch import batch_mesh, model_axes, replicate, shard_batch, shard_worlds
 from .data import Data, make_data, reset_data
 from .errors import MJCFError, NotSupportedError

@@ -3,8 +3,12 @@
 FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False}: XLA:CPU builds each fusion with its
 classic elemental emitters instead of the newer MLIR fusion emitters (its default). Pass it to
 ``jax.jit(fn, compiler_options=mjx_py.FAST_COMPILE)`` (or to ``.lower(...).compile(
-compiler_options=...)``). It is an XLA:CPU option; ``compile_options()`` gives it only when
-JAX's default backend is the CPU.
+compiler_options=...)``). It is an XLA:CPU option, and only some XLAs have it: jaxlib 0.10.2's
+does; jaxlib 0.11.2's does not (its XLA:CPU has only the new emitters: the option raises
+"No such compile option", and ``--xla_cpu_use_fusion_emitters`` in $XLA_FLAGS ends the process
+as XLA starts; seen on a lent GPU machine). ``compile_options()`` gives it only when JAX's
+default backend is the CPU and that backend accepts it (``fast_compile_supported()``, one
+tiny compile per process), so the main job and the benchmark scripts run on either.
 
 Measured on the humanoid's step (models/humanoid.xml with contacts, float32, 2-core CPU, jax
 0.10.2): the XLA compile took 4.3 s instead of 6.4 s and the process peaked at 405 MB instead
@@ -71,6 +75,7 @@ import functools
 import os
 
 import jax
+import numpy as np
 
 FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False}
 CPU_XLA_FLAGS = ('--xla_backend_extra_options='
@@ -101,9 +106,27 @@ def full_precision(fn):
 
 
 def compile_options(fast: bool = True) -> dict | None:
-  """FAST_COMPILE when ``fast`` and JAX's default backend is the CPU, else None (XLA's
-  defaults): the compiler_options the main job and the benchmark scripts pass."""
-  return dict(FAST_COMPILE) if fast and jax.default_backend() == 'cpu' else None
+  """FAST_COMPILE when ``fast``, JAX's default backend is the CPU and it accepts the option
+  (fast_compile_supported), else None (XLA's defaults): the compiler_options the main job and
+  the benchmark scripts pass."""
+  if fast and jax.default_backend() == 'cpu' and fast_compile_supported():
+    return dict(FAST_COMPILE)
+  return None
+
+
+@functools.cache
+def fast_compile_supported() -> bool:
+  """Whether the CPU backend's XLA has FAST_COMPILE's option (see the module docstring): a
+  one-operation program compiled with it, once per process. Starts JAX's backends."""
+  cpu = jax.devices('cpu')[0]
+  try:
+    jax.jit(lambda x: x + 1).lower(jax.device_put(np.float32(0), cpu)).compile(
+        compiler_options=FAST_COMPILE)
+  except Exception as e:  # noqa: BLE001  (jaxlib raises its own runtime error type)
+    if 'compile option' in str(e):
+      return False
+    raise
+  return True
 
 
 def cpu_count() -> int:
@@ -168,5 +191,6 @@ def enable_compile_cache(path: str | None = None, min_compile_secs: float = 1.0)
   return path
 
 
-__all__ = ['FAST_COMPILE', 'CPU_XLA_FLAGS', 'DEVICE_COUNT_FLAG', 'compile_options', 'cpu_count',
+__all__ = ['FAST_COMPILE', 'CPU_XLA_FLAGS', 'DEVICE_COUNT_FLAG', 'compile_options',
+           'fast_compile_supported', 'cpu_count',
            'set_cpu_flags', 'default_cache_dir', 'enable_compile_cache']

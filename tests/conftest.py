@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 
 # LLVM's backend optimizations off and XLA:CPU's classic fusion emitters (mjx_py.FAST_COMPILE)
 # for every XLA CPU compile of the session: the suite is bound by compilation, and the tests'
 # runs are short (set before JAX starts its backend). Together they halve a humanoid step's
 # compile (4.1 to 2.2 s) and its memory.
-os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
-                           ' --xla_backend_optimization_level=0'
-                           ' --xla_cpu_use_fusion_emitters=false').strip()
+_FLAGS = ('--xla_backend_optimization_level=0', '--xla_cpu_use_fusion_emitters=false')
+
+
+def _xla_accepts(flag: str) -> bool:
+  """Whether this jaxlib's XLA starts with ``flag`` in $XLA_FLAGS, asked of a child process:
+  XLA ends a process whose $XLA_FLAGS names a flag it lacks (exit status 1, as jaxlib 0.11.2
+  does for the classic emitters' flag, which its XLA:CPU no longer has)."""
+  env = dict(os.environ, XLA_FLAGS=flag, JAX_PLATFORMS='cpu')
+  probe = 'import jax.numpy as jnp; jnp.zeros(1).block_until_ready()'
+  return subprocess.run([sys.executable, '-c', probe], env=env, capture_output=True,
+                        timeout=300).returncode == 0
+
+
+# pytest-xdist's workers inherit the controller's $XLA_FLAGS, so only the controller asks: all
+# the flags in one child, each alone only if XLA refuses them together
+_flags = os.environ.get('XLA_FLAGS', '')
+_new = [f for f in _FLAGS if f.split('=')[0] not in _flags]
+if _new and not _xla_accepts(' '.join(_new)):
+  _new = [f for f in _new if _xla_accepts(f)]
+os.environ['XLA_FLAGS'] = ' '.join([_flags] + _new).strip()
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

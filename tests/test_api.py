@@ -122,13 +122,27 @@ def test_loading_and_make_data_compile_nothing():
 
 
 def test_fast_compile_options():
+  """compile_options gives FAST_COMPILE on a CPU backend whose XLA has the option (jaxlib
+  0.10.2's), None elsewhere (an accelerator, jaxlib 0.11.2's XLA:CPU); the probe tells an
+  unknown option apart."""
+  import mjx_py.xla as xla
   assert mjx_py.FAST_COMPILE == {'xla_cpu_use_fusion_emitters': False}
-  from mjx_py.xla import compile_options
-  if jax.default_backend() == 'cpu':
-    assert compile_options() == mjx_py.FAST_COMPILE
-  assert compile_options(False) is None
-  f = jax.jit(lambda x: jnp.sin(x) * 2, compiler_options=mjx_py.FAST_COMPILE)
-  np.testing.assert_allclose(f(jnp.ones(3)), 2 * np.sin(np.ones(3)), rtol=1e-6)
+  supported = xla.fast_compile_supported()
+  assert xla.compile_options() == (mjx_py.FAST_COMPILE if supported and
+                                   jax.default_backend() == 'cpu' else None)
+  assert xla.compile_options(False) is None
+  if supported:
+    f = jax.jit(lambda x: jnp.sin(x) * 2, compiler_options=mjx_py.FAST_COMPILE)
+    np.testing.assert_allclose(f(jnp.ones(3)), 2 * np.sin(np.ones(3)), rtol=1e-6)
+  saved = xla.FAST_COMPILE
+  try:                                     # an option this XLA lacks: not supported, no error
+    xla.FAST_COMPILE = {'xla_cpu_no_such_option': False}
+    xla.fast_compile_supported.cache_clear()
+    assert not xla.fast_compile_supported() and xla.compile_options() is None
+  finally:
+    xla.FAST_COMPILE = saved
+    xla.fast_compile_supported.cache_clear()
+  assert xla.fast_compile_supported() == supported
 
 
 def test_set_cpu_flags(monkeypatch):
@@ -256,7 +270,8 @@ def test_main_job_prints_summary(capsys):
   captured = capsys.readouterr()
   out = captured.out
   assert 'nq=' in out and 'jit compile' in out and 'env-steps/s' in out
-  assert '(mjx_py.FAST_COMPILE)' in out                       # the main job's default on CPU
+  if mjx_py.xla.fast_compile_supported():                    # the main job's default on CPU
+    assert '(mjx_py.FAST_COMPILE)' in out
   assert 'peak memory' in out and 'warnings raised: 0' in out
   m = mjx_py.from_xml_path(cartpole)
   assert re.search(rf'capacity used: at most \d+ of nconmax={m.nconmax} contacts and \d+ of '

@@ -48,6 +48,7 @@ from mjx_py import math as mjmath
 from mjx_py.collision import convex, primitive
 from mjx_py.collision.convex import BOX, CAPSULE, CYLINDER, ELLIPSOID, MESH, PLANE, SPHERE
 from mjx_py.errors import NotSupportedError
+from mjx_py.xla import compile_options
 
 
 @pytest.fixture(autouse=True, scope='module')
@@ -274,20 +275,10 @@ def _collide_all(kind1, kind2, pos1, mat1, size1, pos2, mat2, size2, margin, ver
                         verts2)
 
 
-def _fast_compile_options():
-  """XLA:CPU's default (MLIR) fusion emitters take ~40% longer to compile this search than the
-  classic ones (compile time only; None where the option does not exist or off CPU)."""
-  options = {'xla_cpu_use_fusion_emitters': False}
-  if jax.default_backend() != 'cpu':
-    return None
-  try:
-    jax.jit(lambda x: x + 1, compiler_options=options).lower(1.0).compile()
-  except Exception:  # noqa: BLE001  (an XLA without the option)
-    return None
-  return options
-
-
-_FAST = _fast_compile_options()
+# XLA:CPU's default (MLIR) fusion emitters take ~40% longer to compile this search than the
+# classic ones (compile time only; compile_options() is None where the option does not exist or
+# off CPU)
+_FAST = compile_options()
 _COLLIDE = jax.jit(jax.vmap(_collide_all), compiler_options=_FAST)
 
 
