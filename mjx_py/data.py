@@ -68,10 +68,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-NWARNING = 8
 # mjtWarning, the order of warning_counts
 WARNING_NAMES = ('mjWARN_INERTIA', 'mjWARN_CONTACTFULL', 'mjWARN_CNSTRFULL', 'mjWARN_VGEOMFULL',
                  'mjWARN_BADQPOS', 'mjWARN_BADQVEL', 'mjWARN_BADQACC', 'mjWARN_BADCTRL')
+NWARNING = len(WARNING_NAMES)
 SOLVER_PGS = 0  # mjtSolver
 
 
