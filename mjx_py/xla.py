@@ -1,14 +1,16 @@
 """XLA compile options for mjx_py's programs.
 
-FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False}: XLA:CPU builds each fusion with its
-classic elemental emitters instead of the newer MLIR fusion emitters (its default). Pass it to
-``jax.jit(fn, compiler_options=mjx_py.FAST_COMPILE)`` (or to ``.lower(...).compile(
-compiler_options=...)``). It is an XLA:CPU option, and only some XLAs have it: jaxlib 0.10.2's
-does; jaxlib 0.11.2's does not (its XLA:CPU has only the new emitters: the option raises
-"No such compile option", and ``--xla_cpu_use_fusion_emitters`` in $XLA_FLAGS ends the process
-as XLA starts; seen on a lent GPU machine). ``compile_options()`` gives it only when JAX's
-default backend is the CPU and that backend accepts it (``fast_compile_supported()``, one
-tiny compile per process), so the main job and the benchmark scripts run on either.
+FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False, 'xla_disable_hlo_passes':
+'tree_reduction_rewriter'}: XLA:CPU builds each fusion with its classic elemental emitters
+instead of the newer MLIR fusion emitters (its default), and leaves out its tree-reduction
+rewrite (below). Pass it to ``jax.jit(fn, compiler_options=mjx_py.FAST_COMPILE)`` (or to
+``.lower(...).compile(compiler_options=...)``). The emitters' option is XLA:CPU's, and only
+some XLAs have it: jaxlib 0.10.2's does; jaxlib 0.11.2's does not (its XLA:CPU has only the new
+emitters: the option raises "No such compile option", and ``--xla_cpu_use_fusion_emitters`` in
+$XLA_FLAGS ends the process as XLA starts; seen on a lent GPU machine). ``compile_options()``
+gives it only when JAX's default backend is the CPU and that backend accepts it
+(``fast_compile_supported()``, one tiny compile per process), so the main job and the benchmark
+scripts run on either.
 
 Measured on the humanoid's step (models/humanoid.xml with contacts, float32, 2-core CPU, jax
 0.10.2): the XLA compile took 4.3 s instead of 6.4 s and the process peaked at 405 MB instead
@@ -21,6 +23,19 @@ with the current code the classic emitters run as fast or faster: rollouts of 10
 9.2-12.3 against 10.9-14.6 s (ant) and within a second either way (hopper). So the main job
 (``python -m mjx_py``), ``mjx_py.testspeed`` and ``examples/compare_speed.py`` use it on CPU
 unless ``--full-opt`` is given, and it is the recommended option for ``jax.jit(step)`` on CPU.
+
+The tree-reduction rewrite splits every reduction of more than 32 elements into a windowed
+reduction and a second reduction (for the rounding of very long sums); a step's reductions are
+short (rows, dofs, contact slots, or worlds of a batch) and each split costs the program a
+kernel of its own to compile: the humanoid's batch-1024 step had 60 of them, 3.8 s of LLVM
+time summed over both cores (examples/profile_compile.py). Measured with the emitters' option
+on (humanoid, float32, 2-core CPU, one process per setting, two each): the XLA compile of a
+30-step rollout at batch 1024 from 27.7-29.8 s to 25.7-26.9 s (its final qpos identical), of
+a 200-step rollout at batch 1 from 17.3-18.4 s to 16.8-17.7 s, of the gradient through 100
+steps from 37.8 to 35.8 s; run times within the machine's spread (batch 1024: 4,648-4,927
+against 4,222-4,980 env-steps/s, batch 1: 1,740-2,196 against 1,386-1,554); float64 100-step
+rollouts differ by rounding (qpos 8.5e-14, qacc 2.0e-10 of 1.6e3). The figures are from a
+machine that ran several times slower than the ones above.
 
 set_cpu_flags(): adds CPU_XLA_FLAGS to $XLA_FLAGS, which XLA reads once, when it starts (the
 first computation of the process); so call it before any JAX computation. CPU_XLA_FLAGS raises
@@ -77,7 +92,8 @@ import os
 import jax
 import numpy as np
 
-FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False}
+FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False,
+                'xla_disable_hlo_passes': 'tree_reduction_rewriter'}
 CPU_XLA_FLAGS = ('--xla_backend_extra_options='
                  'xla_cpu_small_while_loop_byte_threshold=1048576')
 DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'

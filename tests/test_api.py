@@ -126,7 +126,8 @@ def test_fast_compile_options():
   0.10.2's), None elsewhere (an accelerator, jaxlib 0.11.2's XLA:CPU); the probe tells an
   unknown option apart."""
   import mjx_py.xla as xla
-  assert mjx_py.FAST_COMPILE == {'xla_cpu_use_fusion_emitters': False}
+  assert mjx_py.FAST_COMPILE == {'xla_cpu_use_fusion_emitters': False,
+                                 'xla_disable_hlo_passes': 'tree_reduction_rewriter'}
   supported = xla.fast_compile_supported()
   assert xla.compile_options() == (mjx_py.FAST_COMPILE if supported and
                                    jax.default_backend() == 'cpu' else None)
@@ -134,6 +135,13 @@ def test_fast_compile_options():
   if supported:
     f = jax.jit(lambda x: jnp.sin(x) * 2, compiler_options=mjx_py.FAST_COMPILE)
     np.testing.assert_allclose(f(jnp.ones(3)), 2 * np.sin(np.ones(3)), rtol=1e-6)
+    # a sum of 1000 elements: XLA's tree-reduction rewrite splits it into a windowed
+    # reduction, which FAST_COMPILE leaves out (one kernel fewer to build per long reduction)
+    lowered = jax.jit(lambda x: jnp.sum(jnp.sin(x))).lower(jnp.ones(1000))
+    assert 'reduce-window' in lowered.compile().as_text()
+    fast = lowered.compile(mjx_py.FAST_COMPILE)
+    assert 'reduce-window' not in fast.as_text()
+    np.testing.assert_allclose(fast(jnp.ones(1000)), 1000 * np.sin(1.0), rtol=1e-5)
   saved = xla.FAST_COMPILE
   try:                                     # an option this XLA lacks: not supported, no error
     xla.FAST_COMPILE = {'xla_cpu_no_such_option': False}
@@ -401,3 +409,48 @@ def test_unknown_material_is_an_error():
   with pytest.raises(mjx_py.MJCFError, match='material') as e:
     mjx_py.from_xml_string(xml)
   assert e.value.attribute == 'material'
+
+
+def test_profile_compile_example():
+  """examples/profile_compile.py's accounting: XLA's timer lines parsed and summed by phase,
+  pass and module kind; HLO instructions counted; jaxpr equations attributed to the mjx_py
+  function that emitted them, also through jax.numpy's jitted helpers (jnp.where)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      'profile_compile', os.path.join(ROOT, 'examples', 'profile_compile.py'))
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  assert example._XLA_LOG is False           # imported, not run: XLA's logging untouched
+  log = '\n'.join([
+      'I1127 08:10:19.3 14510 cpu_compiler.cc:1269] Running HLO passes on [jit_f] for CPU '
+      'time: 3.25 s (3246440 us) (cumulative: 3.25 s, max: 3.25 s, #called: 2)',
+      'I1127 08:10:17.8 14510 hlo_pass_pipeline.cc:176] HLO pass: simplification time: 978 ms '
+      '(978074 us) (cumulative: 2.57 s, max: 978 ms, #called: 363)',
+      'I1127 08:10:18.9 14510 hlo_pass_pipeline.cc:176] HLO pass: copy-insertion time: 373 ms '
+      '(372992 us) (cumulative: 4.35 s, max: 978 ms, #called: 470)',
+      'I1127 08:10:29.3 14510 ir_compiler.cc:293] Compiled LLVM module: __compute_module_part_17 '
+      'time: 541 ms (541000 us) (cumulative: 16.2 s, max: 540 ms, #called: 334)',
+      'I1127 08:10:29.3 14510 ir_compiler.cc:293] Compiled LLVM module: '
+      '__compute_module_dot.223_elemental_kernel_module time: 43.9 ms (43902 us) (x)',
+      'I1127 08:10:29.3 14510 ir_compiler.cc:293] Compiled LLVM module: '
+      '__compute_module_reduce-window.2_elemental_kernel_module time: 41 us (41 us) (x)',
+      'I1127 08:10:29.4 14510 cpu_compiler.cc:2094] Compiling [jit_f] for CPU using JIT time: '
+      '10 s (9996324 us) (cumulative: 10 s, max: 10 s, #called: 2)',
+      'an unrelated line'])
+  timers = example.xla_timers(log)
+  assert len(timers) == 7 and timers[1] == ('HLO pass: simplification', 0.978)
+  lines = example.summarize_xla(timers, 5)
+  assert lines[0].startswith('XLA: HLO passes 3.25 s, code generation 10.00 s wall '
+                             '(0.58 s summed over 3 LLVM modules)')
+  assert 'simplification 0.98 s, copy-insertion 0.37 s' in lines[1]
+  assert 'fusion parts 0.54 (1), dot 0.04 (1), reduce-window 0.00 (1)' in lines[2]
+
+  def f(x):
+    return mjx_py.math.safe_norm(x) + jnp.where(x[0] > 0, 1.0, 2.0)
+  jaxpr = jax.make_jaxpr(jax.jit(f))(jnp.ones(3)).jaxpr
+  counts = example.equations_by_function(jaxpr)
+  assert counts['math:safe_norm'] >= 4            # multiply, sum, compare, select, sqrt ...
+  assert set(counts) <= {'math:safe_norm', '?'} and counts['?'] >= 2  # the where, the add
+  lowered = jax.jit(f).lower(jnp.ones(3))
+  assert example.hlo_instructions(lowered.as_text(dialect='hlo')) >= sum(counts.values())
+  assert example.hlo_instructions(lowered.compile().as_text()) > 0
