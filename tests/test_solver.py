@@ -451,8 +451,8 @@ def test_row_buckets_give_the_iterates_of_all_rows():
   the base lifted clear it uses 12 rows (the small bucket), with the lowest three bodies left
   in place 51 (the large bucket), as it rests 108 (all rows). A world solved alone, beside
   a world of the next size and beside a world over every bucket gets the same solution and
-  iteration count. (The buckets also take the Newton Hessian's loop over blocks of
-  solver.ROW_BLOCK rows, where the 234 rows take the sum over all rows.)"""
+  iteration count. (The Newton Hessian sums blocks of solver.ROW_BLOCK rows in every case,
+  the 234 rows' last block clamped.)"""
   m = mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'box_stack.xml'))
   sizes = solver.row_buckets(m.nefc_max)
   assert sizes == (32, 64) and solver.row_bucket(m.nefc_max) == 64
@@ -493,13 +493,16 @@ def test_row_buckets_give_the_iterates_of_all_rows():
   np.testing.assert_allclose(runs['mid'][0].qacc[1], mid.qacc, rtol=1e-9, atol=1e-9)
 
 
-def test_hessian_row_blocks_equal_the_sum_over_all_rows():
+@pytest.mark.parametrize('n, last', [(4 * solver.ROW_BLOCK, 3), (4 * solver.ROW_BLOCK - 3, 4)])
+def test_hessian_row_blocks_equal_the_sum_over_all_rows(n, last):
   """solver._hessian over the first nblock blocks of ROW_BLOCK rows (the batch's rows in use,
   solver._row_blocks) equals the sum over every row, for worlds using different row counts
-  (the rows past a world's count are unused, as mjx_py.constraint writes them)."""
+  (the rows past a world's count are unused, as mjx_py.constraint writes them). With N not a
+  multiple of ROW_BLOCK the last block is clamped to end at row N and overlaps the one before
+  it (its overlapping rows must count once): the second case's busiest world uses all N rows."""
   rng = np.random.default_rng(5)
-  nw, n, nv = 3, 4 * solver.ROW_BLOCK, 7
-  used = np.array([5, 2 * solver.ROW_BLOCK + 3, 0])
+  nw, nv = 3, 7
+  used = np.array([5, 2 * solver.ROW_BLOCK + 3 if last == 3 else n, 0])
   live = np.arange(n)[None, :] < used[:, None]
   a = rng.normal(size=(nw, nv, nv))
   M = a @ np.swapaxes(a, 1, 2) + nv * np.eye(nv)
@@ -514,7 +517,7 @@ def test_hessian_row_blocks_equal_the_sum_over_all_rows():
                       np.zeros((nw, 0, 1)), np.zeros((nw, 0)))
   up = solver._Update(zeros, state, np.zeros(nw), np.zeros((nw, 0, 1, 1)))
   nblock = solver._row_blocks(P)
-  assert int(nblock) == 3
+  assert int(nblock) == last
   dense = jax.vmap(solver._hessian)(P, up)
   blocked = jax.jit(jax.vmap(solver._hessian, in_axes=(0, 0, None)))(P, up, nblock)
   np.testing.assert_allclose(blocked, dense, rtol=1e-12, atol=1e-12)
