@@ -111,7 +111,8 @@ per row) sums only the blocks of ROW_BLOCK rows that hold the batch's rows in us
 _row_blocks; for any N of at least 2 ROW_BLOCK rows, the last block clamped to end at row N when
 N is not a multiple: the hopper's 62 rows, which have no bucket, went from a sum over all 62
 rows to a block or two: its RK4 step, batch 512 on one core, 147.0 / 148.4 -> 145.5 / 135.8 us
-per world on a slow day of this machine, float64 qacc within 2.2e-12). The line search's polynomials are (3, N) tables, the rows on the minor axis, so
+per world on a slow day of this machine, float64 qacc within 2.2e-12). The line search's
+polynomials are (3, N) tables, the rows on the minor axis, so
 that a batch's evaluations vectorize along the rows. A model that cannot produce friction-loss
 rows (no dof or tendon frictionloss, or the frictionloss flag disabled; static) carries floss as
 (0,), and the constraint update, the line's polynomials and its evaluations leave the
