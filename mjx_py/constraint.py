@@ -758,7 +758,7 @@ def make_constraint(m, d):
     end = con_start + nc * nr
     con_reg, mu = _contact_regularizer(m, d, reg[con_start:end].reshape(nc, nr))
     reg = reg.at[con_start:end].set(con_reg.reshape(-1))
-    dest = jnp.cumsum(rows.active, dtype=jnp.int32) - 1
+    dest = math.cumsum_int(rows.active) - 1
     first = con_start + nr * jnp.arange(nc)
     has_rows = rows.active[first]
     contact = dataclasses.replace(
@@ -786,7 +786,7 @@ def _write(m, d, rows, cap, contact, counts):
   rows, reg, kbip = rows
   n = rows.active.shape[0]
   # the active rows' indices in order, then n (the fill row) for the unused buffer rows
-  sel = jnp.nonzero(rows.active, size=cap, fill_value=n)[0]
+  sel = math.nonzero_first(rows.active, cap, n)
   imp = kbip[:, 2]
   # three gathers, from tables with a fill row appended (a handful of program operations
   # instead of a bounds-checked take per field): the Jacobian rows, the other float fields

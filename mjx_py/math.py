@@ -51,6 +51,27 @@ def matvec_small(a, x):
   return sum(a[..., :, k] * x[..., None, k] for k in range(a.shape[-1]))
 
 
+def cumsum_int(x):
+  """Inclusive prefix sum of a 1-D integer or bool array, as int32 (n,): a log-depth scan of
+  slices and adds (lax.associative_scan). jnp.cumsum lowers to a windowed reduction, which
+  XLA:CPU runs as a generic kernel (batch 512, 64 entries: 486 against 204 us per call; 300
+  entries: 2.6 against 1.1 ms). The entries are integers, so the order of the sums changes
+  nothing."""
+  return jax.lax.associative_scan(jnp.add, jnp.asarray(x).astype(jnp.int32))
+
+
+def nonzero_first(mask, size: int, fill_value: int):
+  """jnp.nonzero(mask, size=size, fill_value=fill_value)[0] for a 1-D mask, int32 (size,):
+  the first ``size`` indices where mask holds, in order, then fill_value. The same counting
+  as jnp.nonzero (entry j is the number of prefix counts up to j), with its two prefix sums
+  done by cumsum_int."""
+  count = cumsum_int(mask)                                  # (n,) set entries up to i
+  total = count[-1] if mask.shape[0] else jnp.int32(0)
+  per = jnp.zeros((size,), jnp.int32).at[count].add(1, mode='drop')
+  idx = cumsum_int(per)                                     # entries with count <= j
+  return jnp.where(jnp.arange(size) < total, idx, fill_value).astype(jnp.int32)
+
+
 def safe_div(num, den, eps=MINVAL):
   """num / den, with den replaced by eps where |den| < eps (keeps gradients finite)."""
   small = jnp.abs(den) < eps

@@ -432,12 +432,12 @@ def _path_points(m, d, wrapped, tang):
   geom = m.wrap_objid[jnp.maximum(wg, 0)]
   obj = jnp.select([kind == PULLEY, (kind == TANGENT0) | (kind == TANGENT1)], [-2, geom], -1)
   # compact: address of each kept point
-  adr = jnp.cumsum(valid) - 1
+  adr = math.cumsum_int(valid) - 1
   adr = jnp.where(valid, adr, nout)  # dropped slots scatter out of range
   wrap_xpos = jnp.zeros((nout, 3), dtype).at[adr].set(point, mode='drop')
   wrap_obj = jnp.zeros(nout, jnp.int32).at[adr].set(obj.astype(jnp.int32), mode='drop')
   wrapnum = jnp.zeros(m.ntendon, jnp.int32).at[slot_t].add(valid.astype(jnp.int32))
-  wrapadr = jnp.cumsum(wrapnum) - wrapnum
+  wrapadr = math.cumsum_int(wrapnum) - wrapnum
   return wrap_xpos, wrap_obj, wrapadr.astype(jnp.int32), wrapnum
 
 

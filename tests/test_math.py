@@ -3,6 +3,8 @@ compact contraction forms must give MuJoCo's values), in float64."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import mujoco
 import numpy as np
@@ -56,3 +58,20 @@ def test_mul_inert_vec_is_the_spatial_inertia():
   want = np.stack([[np.asarray(math.mul_inert_vec(ib[a, b], vb[b])) for b in range(3)]
                    for a in range(2)])
   np.testing.assert_array_equal(np.asarray(math.mul_inert_vec(ib, vb)), want)
+
+
+def test_integer_prefix_sums_and_nonzero_equal_jax_numpy():
+  """cumsum_int (a log-depth scan) equals jnp.cumsum, and nonzero_first equals
+  jnp.nonzero(size=, fill_value=) (the rows' compaction in mjx_py.constraint), for masks that
+  are empty, full, sparse and dense, with the size below, at and above the mask's length, also
+  under vmap (the batched step's form)."""
+  rng = np.random.default_rng(3)
+  for n, size in [(1, 3), (5, 12), (10, 4), (62, 62), (300, 100)]:
+    masks = np.stack([rng.random(n) < p for p in (0.0, 0.1, 0.5, 1.0)])
+    want_sum = np.cumsum(masks, axis=1)
+    want_idx = np.stack([np.asarray(jax.numpy.nonzero(x, size=size, fill_value=n)[0])
+                         for x in masks])
+    np.testing.assert_array_equal(np.asarray(jax.vmap(math.cumsum_int)(masks)), want_sum)
+    got = jax.vmap(functools.partial(math.nonzero_first, size=size, fill_value=n))(masks)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(np.asarray(got), want_idx)

@@ -69,7 +69,7 @@ import numpy as np
 from jax import lax
 
 from ..errors import NotSupportedError
-from ..math import MINVAL, safe_norm
+from ..math import MINVAL, cumsum_int, safe_norm
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = range(8)
 TYPE_NAMES = ('plane', 'hfield', 'sphere', 'capsule', 'ellipsoid', 'cylinder', 'box', 'mesh')
@@ -843,7 +843,7 @@ def _epa(g1, g2, poly, vidx, tol, kmax, nsteps, discrete=False):
     pfail, pp, pd = _face_proj(p3.v, tris)
     bad = jnp.any(act & (pfail | (pd == 0) | (slot >= nf)))
     into = act & (pd >= lower) & (pd <= upper)
-    mpos = p3.nmap + jnp.cumsum(into.astype(jnp.int32)) - 1
+    mpos = p3.nmap + cumsum_int(into) - 1
     tgt = jnp.where(act, slot, nf)
     fadj = p3.fadj.reshape(-1).at[jnp.where(act, hf * 3 + he, 3 * nf)].set(slot, mode='drop')
     adj_new = jnp.stack([slot[(rng_h - 1) % ne1], hf, slot[(rng_h + 1) % ne1]], axis=1)

@@ -101,7 +101,7 @@ import numpy as np
 from ..check import batch_any
 from ..data import Contact, empty_contact
 from ..errors import NotSupportedError
-from ..math import MINVAL, safe_norm
+from ..math import MINVAL, cumsum_int, safe_norm
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH, SDF = range(9)
 GEOM_TYPE_NAMES = ('plane', 'hfield', 'sphere', 'capsule', 'ellipsoid', 'cylinder', 'box', 'mesh',
@@ -712,7 +712,7 @@ def _sweep(m, d, override):
   k = jnp.arange(n, dtype=jnp.int32)
   reach = jnp.searchsorted(lo_s, hi_s, side='right').astype(jnp.int32)
   count = jnp.clip(reach - k - 1, 0, n - 1 - k)
-  ends = jnp.cumsum(count)
+  ends = cumsum_int(count)
   total = ends[-1]
   chunk = int(min(max(cap, SWEEP_CHUNK[0]), SWEEP_CHUNK[1], n * (n - 1) // 2))
   gtype = m.geom_type
@@ -730,7 +730,7 @@ def _sweep(m, d, override):
     margin = jnp.maximum(gmargin[h1], gmargin[h2])
     keep, slack = _bound_test(xpos, xmat, rbound, h1, h2, margin, gtype[h1] == PLANE)
     ok &= keep
-    slot = jnp.where(ok, nfound + jnp.cumsum(ok, dtype=jnp.int32) - 1, cap)  # cap: dropped
+    slot = jnp.where(ok, nfound + cumsum_int(ok) - 1, cap)  # cap: dropped
     return (base + chunk, nfound + jnp.sum(ok, dtype=jnp.int32),
             b1.at[slot].set(h1, mode='drop'), b2.at[slot].set(h2, mode='drop'),
             bslack.at[slot].set(slack, mode='drop'))

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..math import MINVAL, safe_norm
+from ..math import MINVAL, cumsum_int, safe_norm
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = range(8)
 _SQRT3 = float(np.sqrt(3.0))
@@ -114,7 +114,7 @@ def _first(valid, n):
   # each of the first n ranks picked by a one-hot sum. The candidate lists are short (2 to a
   # few hundred), and this is a few fused elementwise passes where a sort is a slow kernel
   # per world (6 ms of a humanoid step at batch 1024, on CPU)
-  before = jnp.cumsum(valid, dtype=jnp.int32) - valid
+  before = cumsum_int(valid) - valid
   nvalid = jnp.sum(valid, dtype=jnp.int32)
   i = jnp.arange(valid.shape[0], dtype=jnp.int32)
   rank = jnp.where(valid, before, nvalid + i - before)
