@@ -62,9 +62,9 @@ def cumsum_int(x):
 
 def nonzero_first(mask, size: int, fill_value: int):
   """jnp.nonzero(mask, size=size, fill_value=fill_value)[0] for a 1-D mask, int32 (size,):
-  the first ``size`` indices where mask holds, in order, then fill_value. The same counting
-  as jnp.nonzero (entry j is the number of prefix counts up to j), with its two prefix sums
-  done by cumsum_int."""
+  the first ``size`` indices where mask holds, in order, then fill_value. jnp.nonzero's
+  counting (entry j is the number of indices whose count of set entries up to them is at most
+  j, i.e. the index of the (j+1)-th set entry), with its two prefix sums done by cumsum_int."""
   count = cumsum_int(mask)                                  # (n,) set entries up to i
   total = count[-1] if mask.shape[0] else jnp.int32(0)
   per = jnp.zeros((size,), jnp.int32).at[count].add(1, mode='drop')

@@ -112,11 +112,11 @@ _row_blocks; for any N of at least 2 ROW_BLOCK rows, the last block clamped to e
 N is not a multiple: the hopper's 62 rows, which have no bucket, went from a sum over all 62
 rows to a block or two: its RK4 step, batch 512 on one core, 147.0 / 148.4 -> 145.5 / 135.8 us
 per world on a slow day of this machine, float64 qacc within 2.2e-12). The line search's
-polynomials are (3, N) tables, the rows on the minor axis, so
-that a batch's evaluations vectorize along the rows. A model that cannot produce friction-loss
-rows (no dof or tendon frictionloss, or the frictionloss flag disabled; static) carries floss as
-(0,), and the constraint update, the line's polynomials and its evaluations leave the
-friction-loss pieces out.
+polynomials are (3, N) tables, the rows on the minor axis, so that a batch's evaluations
+vectorize along the rows. A model that cannot produce friction-loss rows (no dof or tendon
+frictionloss, or the frictionloss flag disabled; static) carries floss as (0,), and the
+constraint update, the line's polynomials and its evaluations leave the friction-loss pieces
+out.
 
 Gradients (implicit differentiation at the optimum, active set frozen): the iterations run on
 stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc - qfrc_smooth
@@ -366,12 +366,13 @@ def _hessian(p: _Problem, up: _Update, nblock=None, single=False):
 
   nblock: with it (an int32 scalar, the same for every world of a batch: the loop index stays
   unbatched, so its slices stay slices), only the first nblock * ROW_BLOCK rows are summed, a
-  block of ROW_BLOCK rows per loop step. The rows beyond a world's row count add nothing, and
-  the rows in use are usually far fewer than the buffer's: on the humanoid the iterations run
-  on 40 or 72 rows (the row buckets) while the worlds use 6-9 on average and at most about 30-40,
-  and a batch of 64 needs 3-4 blocks. Measured (humanoid rollouts, 2-core CPU, against the sum
-  over all rows, with a single bucket of 72 rows): batch 64 9,535 -> 10,844 env-steps/s,
-  batch 1024 12,539 -> 13,102; blocks of 4 and 16 rows were slower than 8.
+  block of ROW_BLOCK rows per loop step (the last clamped to end at row N). The rows beyond a
+  world's row count add nothing, and the rows in use are usually far fewer than the buffer's: on
+  the humanoid the iterations run on 40 or 72 rows (the row buckets) while the worlds use 6-9 on
+  average and at most about 30-40, and a batch of 64 needs 3-4 blocks. Measured (humanoid
+  rollouts, 2-core CPU, against the sum over all rows, with a single bucket of 72 rows): batch 64
+  9,535 -> 10,844 env-steps/s, batch 1024 12,539 -> 13,102; blocks of 4 and 16 rows were slower
+  than 8.
 
   single (static): the batch is one world. A block's rows are then added one by one instead of
   by a reduction, which XLA:CPU runs as a library kernel (YNNPACK) that keeps the block loop
