@@ -94,29 +94,36 @@ against 6,008-6,160 unchunked), so batches up to 64 run whole. Accelerators run 
 
 Rows. The efc buffers hold nefc_max = N rows (the most the model can produce at once); a
 world uses its first nefc, the rest are unused. The iterations' row work (the Hessian's
-J' D J, every line-search evaluation, the constraint updates) runs over all N unless the batch
-fits a smaller size: row_buckets(N) are an eighth and a quarter of N (each rounded up to a
-multiple of 8, at least 32, at most N / 2), and the iterations run on the first k rows for the
-smallest bucket k that every world of the batch fits (a lax.switch on the whole batch), the
-result padded back. The unused rows add nothing, so every size gives the same iterates up to
-summation order. Measured on the humanoid (N = 262; at most 36 rows in use over 1024 random
-states): with a single bucket of 72 rows the batch-1024 solve took 91 ms instead of 263 ms on
-all rows, the step 247 instead of 397 ms, for about 1.2 s more compile (the iterations are
-compiled at each size). Adding the eighth (40 rows for the humanoid: float32 rollouts, 2-core
-CPU, both versions in one process, median of 7) took the humanoid from 19,763 to 21,120
-env-steps/s at batch 1024, 15,388 to 16,033 at batch 64 and 5,583 to 5,914 at batch 1, the ant
-(buckets 32 and 48) from 10,754 to 11,226 at batch 1024, for 0.6-1.4 s more step compile
-(FAST_COMPILE). Within the bucket, the Newton Hessian's J' D J (the costliest row work, nv^2
-per row) sums only the blocks of ROW_BLOCK rows that hold the batch's rows in use (_hessian,
-_row_blocks; for any N of at least 2 ROW_BLOCK rows, the last block clamped to end at row N when
-N is not a multiple: the hopper's 62 rows, which have no bucket, went from a sum over all 62
-rows to a block or two: its RK4 step, batch 512 on one core, 147.0 / 148.4 -> 145.5 / 135.8 us
-per world on a slow day of this machine, float64 qacc within 2.2e-12). The line search's
-polynomials are (3, N) tables, the rows on the minor axis, so that a batch's evaluations
-vectorize along the rows. A model that cannot produce friction-loss rows (no dof or tendon
+J' D J, J search, every line-search evaluation, the constraint update and J' force) runs over
+all N unless the batch fits a smaller size: row_buckets(N) are an eighth and a quarter of N
+(each rounded up to a multiple of 8, at most N / 2), and the row work runs on the first k
+rows for the smallest bucket k that every world of the batch (on CPU: of each chunk) fits,
+its results padded back to N. The unused rows add nothing, so every size gives the same
+iterates up to summation order. Only the row work is compiled at each size (_on_rows: a
+lax.switch per piece of row work on the batch's bucket index), the iterations and the line
+search's control flow once: the carry keeps all N rows. Until this round the whole iterations
+were compiled at each size (a lax.switch around them): the humanoid's one-world step compiled
+in 17.2 instead of 19.8 s on a slow day of this machine (HLO instructions after optimization
+19,131 -> 15,892), which made buckets down to 8 rows affordable (they used to be at least 32
+rows): the hopper (buckets 8 and 16 of its 62 rows; none before) went from 102.3 to 89.1 us
+per world-step at batch 1024 (one process, alternating calls, median of 15), unchanged at
+batch 64. The humanoid's row work on 40 or 72 rows is as before, its carry now at 262 rows and
+each CPU chunk gathering the 72-row bucket's J: batch 64 and 1024 within 2-8% of the previous
+code (one process, alternating calls; the fastest calls equal). History: with a single bucket of
+72 rows the humanoid's batch-1024 solve took 91 ms instead of 263 ms on all rows, the step 247
+instead of 397 ms; the eighth (40 rows) took it from 19,763 to 21,120 env-steps/s at batch
+1024. Within the bucket, the Newton Hessian's J' D J (the costliest row work, nv^2 per row)
+sums only the blocks of ROW_BLOCK rows that hold the batch's rows in use (_hessian,
+_row_blocks; for any N of at least 2 ROW_BLOCK rows, the last block clamped to end at row N
+when N is not a multiple: the hopper's 62 rows, before it had buckets, went from a sum over all
+62 rows to a block or two: its RK4 step, batch 512 on one core, 147.0 / 148.4 -> 145.5 / 135.8
+us per world on a slow day of this machine, float64 qacc within 2.2e-12). Each line-search
+evaluation forms the rows' cost polynomials from jar, J search and D on the bucket's rows
+(_row_poly; the rows on the minor axis, so that a batch's evaluations vectorize along them)
+rather than reading (3, N) tables prepared per direction, so that the line's state has no
+per-bucket shape. A model that cannot produce friction-loss rows (no dof or tendon
 frictionloss, or the frictionloss flag disabled; static) carries floss as (0,), and the
-constraint update, the line's polynomials and its evaluations leave the friction-loss pieces
-out.
+constraint update and the line's evaluations leave the friction-loss pieces out.
 
 Gradients (implicit differentiation at the optimum, active set frozen): the iterations run on
 stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc - qfrc_smooth
@@ -418,68 +425,73 @@ def _hessian(p: _Problem, up: _Update, nblock=None, single=False):
 # Line search (CGprepare, CGeval, CGsearch)
 
 class _Line(NamedTuple):
-  """The 1-D cost along qacc + alpha search, prepared once per search direction. The
-  polynomials' coefficients lead (constant, linear, quadratic) and the rows are the minor
-  axis, so that an evaluation's selects and sums run along the rows (with the rows leading,
-  a batch's work arrays end in an axis of 3, which does not vectorize)."""
+  """The 1-D cost along qacc + alpha search, prepared once per search direction: the Gauss
+  polynomial, the rows' jar and Jv (N,) (their polynomials are formed in each evaluation, on the
+  row bucket's rows, see _row_poly) and the cones' quantities."""
   gauss: jax.Array     # (3,) Gauss cost polynomial (constant, linear, quadratic coefficient)
-  quad: jax.Array      # (3, N) the rows' quadratic polynomials (0.5 D jar^2 etc.)
   jar: jax.Array       # (N,)
   Jv: jax.Array        # (N,)
-  lin_neg: jax.Array   # (3, N) friction-loss rows' linear pieces below -R f ...
-  lin_pos: jax.Array   # (3, N) ... and above R f (both (3, 0) without friction-loss rows)
   cone: jax.Array      # (6, nc): U0, V0, UU, UV, VV, Dm
   cone_quad: jax.Array  # (3, nc): the sum of the cone's rows' polynomials (bottom zone)
 
 
+def _quad(jar, Jv, D):
+  """The rows' quadratic cost polynomials 0.5 D (jar + alpha Jv)^2: (3,) + jar.shape, the
+  coefficients (constant, linear, quadratic) leading."""
+  DJ = D * jar
+  return jnp.stack([0.5 * jar * DJ, Jv * DJ, 0.5 * Jv * D * Jv])
+
+
 def _prepare(p: _Problem, jar, Jv, Ma, Mv, search, gauss_cost) -> _Line:
   gauss = jnp.stack([gauss_cost, search @ Ma - p.qfrc_smooth @ search, 0.5 * search @ Mv])
-  DJ = p.D * jar
-  quad = jnp.stack([0.5 * jar * DJ, Jv * DJ, 0.5 * Jv * p.D * Jv])
-  if p.floss.shape[0]:
-    f, Rf = p.floss, p.R * p.floss
-    zero = jnp.zeros_like(f)
-    lin_neg = jnp.stack([f * (-0.5 * Rf - jar), -f * Jv, zero])
-    lin_pos = jnp.stack([f * (-0.5 * Rf + jar), f * Jv, zero])
-  else:
-    lin_neg = lin_pos = jnp.zeros((3, 0), jar.dtype)
   nc = p.mu.shape[0]
   if nc:
-    U = jar[p.cone_row] * p.cone_scale
-    V = Jv[p.cone_row] * p.cone_scale
+    rows = p.cone_row
+    U = jar[rows] * p.cone_scale
+    V = Jv[rows] * p.cone_scale
     mu = p.mu
     cone = jnp.stack([U[:, 0], V[:, 0], jnp.sum(U[:, 1:] ** 2, 1), jnp.sum(U[:, 1:] * V[:, 1:], 1),
                       jnp.sum(V[:, 1:] ** 2, 1),
-                      p.D[p.cone_row[:, 0]] / (mu * mu * (1 + mu * mu))])
-    cone_quad = jnp.sum(quad[:, p.cone_row] * p.cone_on, axis=2)
+                      p.D[rows[:, 0]] / (mu * mu * (1 + mu * mu))])
+    cone_quad = jnp.sum(_quad(jar[rows], Jv[rows], p.D[rows]) * p.cone_on, axis=2)
   else:
     cone = jnp.zeros((6, 0), jar.dtype)
     cone_quad = jnp.zeros((3, 0), jar.dtype)
-  return _Line(gauss, quad, jar, Jv, lin_neg, lin_pos, cone, cone_quad)
+  return _Line(gauss, jar, Jv, cone, cone_quad)
 
 
-def _eval(p: _Problem, ln: _Line, alpha):
-  """The 1-D cost and its first two derivatives at alpha (CGeval): a point (4,)."""
-  x = ln.jar + alpha * ln.Jv
-  kind = p.kind
-  # rows on their quadratic: equality, friction loss inside (-Rf, Rf), active inequalities;
-  # friction loss outside: the linear pieces
+def _row_poly(k: int, p: _Problem, ln: _Line, alpha):
+  """The sum over the first k rows of each row's cost polynomial at alpha (3,): equality rows,
+  friction-loss rows inside (-R f, R f) and active inequalities on their quadratic, friction
+  loss outside on its linear pieces (elliptic rows: their cones, in _eval)."""
+  jar, Jv, D, kind = ln.jar[:k], ln.Jv[:k], p.D[:k], p.kind[:k]
+  x = jar + alpha * Jv
+  quad = _quad(jar, Jv, D)
   on_quad = (kind == _EQ) | ((kind == _INEQ) & (x < 0))
   if p.floss.shape[0]:
-    Rf = p.R * p.floss
+    f = p.floss[:k]
+    Rf = p.R[:k] * f
     fric = kind == _FRIC
     on_quad = on_quad | (fric & (-Rf < x) & (x < Rf))
     neg = fric & (x <= -Rf)
     pos = fric & (x >= Rf) & ~neg
+    zero = jnp.zeros_like(f)
+    lin_neg = jnp.stack([f * (-0.5 * Rf - jar), -f * Jv, zero])
+    lin_pos = jnp.stack([f * (-0.5 * Rf + jar), f * Jv, zero])
     # each row contributes one of its three polynomials (the zones are disjoint): one select
     # and one reduction (a fused loop; three mask-matrix products cost three passes and,
     # batched, run as small dot kernels)
-    piece = jnp.where(on_quad, ln.quad,
-                      jnp.where(neg, ln.lin_neg, jnp.where(pos, ln.lin_pos, 0.0)))
+    piece = jnp.where(on_quad, quad, jnp.where(neg, lin_neg, jnp.where(pos, lin_pos, 0.0)))
   else:
-    piece = jnp.where(on_quad, ln.quad, 0.0)
-  total = ln.gauss + jnp.sum(piece, axis=1)
-  cost = d0 = d1 = jnp.zeros((), x.dtype)
+    piece = jnp.where(on_quad, quad, 0.0)
+  return jnp.sum(piece, axis=1)
+
+
+def _eval(p: _Problem, ln: _Line, alpha, rows):
+  """The 1-D cost and its first two derivatives at alpha (CGeval): a point (4,). rows: the
+  rows' polynomial at alpha (3,) (_row_poly, on the row bucket)."""
+  total = ln.gauss + rows
+  cost = d0 = d1 = jnp.zeros((), alpha.dtype)
   if p.mu.shape[0]:
     U0, V0, UU, UV, VV, Dm = ln.cone
     on = p.cone_on[:, 0]
@@ -535,11 +547,13 @@ _P0, _P1, _OS, _P1NEXT, _MID, _U1, _U2, _STOP = 0, 1, 2, 3, 4, 5, 6, 7
 
 
 class _Config(NamedTuple):
-  """The static settings of the iterations (from m.opt)."""
+  """The static settings of the iterations (from m.opt; sizes: the row counts the row work is
+  compiled at, row_buckets(N) and N, ascending)."""
   newton: bool
   iterations: int
   ls_iterations: int
   warmstart: bool
+  sizes: tuple
 
 
 class _Params(NamedTuple):
@@ -564,16 +578,17 @@ def _ls_init(ln: _Line, snorm, prm: _Params, frozen):
               slopescl=prm.scale / jnp.where(snorm > 0, snorm, 1.0))
 
 
-def _ls_step(ls_iter: int, limit: int, p: _Problem, ln: _Line, s):
+def _ls_step(ls_iter: int, limit: int, p: _Problem, ln: _Line, s, rows):
   """One evaluation of MuJoCo's CGsearch and its control flow up to the next evaluation (or
-  the return), as masked selects. ``s`` is the state of _ls_init.
+  the return), as masked selects. ``s`` is the state of _ls_init, ``rows`` the rows'
+  polynomial at s['nxt'] (_row_poly).
 
   A stopped search (phase _STOP) keeps its state: every update below is keyed to a phase of
   the search (so no per-field select is needed when a batch steps worlds that have stopped).
   The search stops when it returns or after ``limit`` evaluations."""
   dtype = ln.jar.dtype
   gtol, slopescl = s['gtol'], s['slopescl']
-  e = _eval(p, ln, s['nxt'])
+  e = _eval(p, ln, s['nxt'], rows)
   ph = s['phase']
   neval = s['neval'] + (ph != _STOP)
   p0 = jnp.where(ph == _P0, e, s['p0'])
@@ -659,14 +674,81 @@ def _select(flag, new, old):
   return jax.tree_util.tree_map(one, new, old)
 
 
-def _linesearch_batch(cfg: _Config, P: _Problem, LN: _Line, S):
+def _linesearch_batch(cfg: _Config, P: _Problem, LN: _Line, S, index):
   """CGsearch for a batch of worlds (leading axis B): one evaluation per step in the worlds
   still searching, in a loop that ends when no world searches (every path of CGsearch returns
-  within ls_iterations + 3 evaluations, and a world stops at ls_iterations + 4)."""
+  within ls_iterations + 3 evaluations, and a world stops at ls_iterations + 4). index: the
+  row bucket (_on_rows)."""
   limit = cfg.ls_iterations + 4
-  step = jax.vmap(lambda p, ln, s: _ls_step(cfg.ls_iterations, limit, p, ln, s))
-  S = lax.while_loop(lambda S: jnp.any(S['phase'] != _STOP), lambda S: step(P, LN, S), S)
+  step = jax.vmap(lambda p, ln, s, r: _ls_step(cfg.ls_iterations, limit, p, ln, s, r))
+
+  def body(S):
+    rows = _on_rows(cfg.sizes, index, lambda k: jax.vmap(functools.partial(_row_poly, k))(
+        P, LN, S['nxt']))
+    return step(P, LN, S, rows)
+
+  S = lax.while_loop(lambda S: jnp.any(S['phase'] != _STOP), body, S)
   return jax.vmap(_ls_result)(S)
+
+
+# ---------------------------------------------------------------------------------------------
+# Row buckets: the row work on the first k rows
+
+def row_buckets(n: int) -> tuple:
+  """The smaller row counts the row work also runs at (see _on_rows), ascending: an eighth and
+  a quarter of the capacity ``n``, each rounded up to a multiple of 8 and at least 32, keeping
+  those at most half of ``n`` (none for small capacities)."""
+  def up8(x):                          # x rounded up to a multiple of 8
+    return -(-x // 8) * 8
+  sizes = sorted({max(8, up8(-(-n // q))) for q in (8, 4)})
+  return tuple(k for k in sizes if 2 * k <= n)
+
+
+def row_bucket(n: int) -> int:
+  """The largest row bucket of the capacity ``n`` (row_buckets), or ``n`` when it has none:
+  the rows that _bucket_rows takes once per solve."""
+  return max(row_buckets(n), default=n)
+
+
+def _row_index(sizes: tuple, P: _Problem):
+  """The index into ``sizes`` of the smallest row count that every world of the batch P
+  (leading axis B) fits: an int32 scalar, or None when there is one size."""
+  if len(sizes) == 1:
+    return None
+  used = jnp.max(jnp.sum(P.kind != _NONE, axis=1))
+  return sum((used > k).astype(jnp.int32) for k in sizes[:-1])
+
+
+def _on_rows(sizes: tuple, index, fn):
+  """fn(k) for the row count k = sizes[index] (fn batched, closing over its operands): a
+  lax.switch on the batch's index, only fn compiled at each size."""
+  if index is None:
+    return fn(sizes[-1])
+  return lax.switch(index, [functools.partial(fn, k) for k in sizes])
+
+
+def _head(p: _Problem, k: int, Jk) -> _Problem:
+  """One world's problem on its first k rows, Jk (k, nv) being J's (the rows in use come
+  first, see mjx_py.constraint; the rows of every cone in use are below the row count, its
+  other cone row indices are clipped into [0, k))."""
+  if k == p.kind.shape[0]:
+    return p._replace(J=Jk)
+  return p._replace(J=Jk, aref=p.aref[:k], D=p.D[:k], R=p.R[:k], floss=p.floss[:k],
+                    kind=p.kind[:k], cone_row=jnp.minimum(p.cone_row, k - 1))
+
+
+def _pad(x, n: int, fill=0):
+  """x (k,) padded to (n,) with ``fill`` (the unused rows' value)."""
+  return jnp.pad(x, (0, n - x.shape[0]), constant_values=fill) if x.shape[0] < n else x
+
+
+def _constrain(cfg: _Config, p: _Problem, jar):
+  """The constraint update of jar (N,) on p's k rows (_head) padded to N as unused rows are
+  (force 0, state UNUSED), and J' force (nv,): (update, J' force)."""
+  k, n = p.kind.shape[0], jar.shape[0]
+  up = _update(p, jar[:k], hessian=cfg.newton)
+  Jtf = p.J.T @ up.force
+  return up._replace(force=_pad(up.force, n), state=_pad(up.state, n, UNUSED)), Jtf
 
 
 # ---------------------------------------------------------------------------------------------
@@ -701,9 +783,10 @@ def _warmstart(cfg: _Config, p: _Problem, warm, empty):
   return jnp.where((cost_warm > cost_smooth) | empty, p.qacc_smooth, warm)
 
 
-def _init(cfg: _Config, p: _Problem, warm, empty):
-  """The carry of one world before step 0 (which assesses the start point)."""
-  n, nv = p.J.shape
+def _init(cfg: _Config, n: int, p: _Problem, warm, empty):
+  """The carry of one world before step 0 (which assesses the start point): p on the row
+  bucket's k rows (_head), the carry's rows padded to n."""
+  nv = p.J.shape[1]
   nc, nr = p.cone_row.shape
   dtype = p.M.dtype
   qacc = _warmstart(cfg, p, warm, empty)
@@ -711,32 +794,31 @@ def _init(cfg: _Config, p: _Problem, warm, empty):
   blank = _Update(jnp.zeros((n,), dtype), jnp.full((n,), UNUSED, jnp.int32),
                   jnp.zeros((), dtype), jnp.zeros((nc, nr, nr), dtype))
   Hinv = jnp.zeros((0, 0), dtype) if cfg.newton else linalg.inverse(p.M)
-  return _Carry(qacc, p.M @ qacc, p.J @ qacc - p.aref, blank, jnp.zeros((), dtype),
+  return _Carry(qacc, p.M @ qacc, _pad(p.J @ qacc - p.aref, n), blank, jnp.zeros((), dtype),
                 jnp.zeros((), dtype), zv, zv, zv, Hinv, empty, jnp.zeros((), jnp.int32))
 
 
-def _prepare_search(p: _Problem, c: _Carry):
-  """The search direction's products and 1-D polynomials: (snorm, Mv, Jv, line)."""
+def _prepare_search(p: _Problem, c: _Carry, Jv):
+  """The search direction's products and 1-D polynomials: (snorm, Mv, Jv, line); Jv = J
+  search (N,)."""
   search = c.search
   Mv = p.M @ search
-  Jv = p.J @ search
   return jnp.sqrt(search @ search), Mv, Jv, _prepare(p, c.jar, Jv, c.Ma, Mv, search, c.gauss)
 
 
 def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slope, neval, Mv,
-          Jv):
-  """The move by alpha along the search direction, the constraint update and gradient (one
+          jar, up, Jtf):
+  """The move by alpha along the search direction to jar = c.jar + alpha J search, with the
+  constraint update ``up`` and J' force ``Jtf`` there (_constrain), and the gradient (one
   world); CG also preconditions and sets its next direction (Newton: _direction, at the start
   of the next iteration): (carry, stats)."""
   dtype = p.M.dtype
   moved = (alpha != 0) | first
   qacc = c.qacc + alpha * c.search
   Ma = c.Ma + alpha * Mv
-  jar = c.jar + alpha * Jv
-  up = _update(p, jar, hessian=cfg.newton)
   gauss = 0.5 * (Ma - p.qfrc_smooth) @ (qacc - p.qacc_smooth)
   cost = up.cost + gauss
-  grad = Ma - p.qfrc_smooth - p.J.T @ up.force
+  grad = Ma - p.qfrc_smooth - Jtf
   improvement = prm.scale * (c.cost - cost)
   gradient = prm.scale * jnp.sqrt(grad @ grad)
   converged = (improvement < prm.tol) | (gradient < prm.tol)
@@ -761,12 +843,12 @@ def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slop
   return out, stats
 
 
-def _direction(p: _Problem, c: _Carry, nblock=None, single=False):
-  """Newton's search direction at the carry's point (one world): -H^-1 grad, H the Hessian of
-  the carry's constraint update (MuJoCo computes it right after the move; it is computed here,
-  at the start of the next iteration, so that a world that converged never factors it).
-  nblock, single: _hessian's."""
-  Mgrad = linalg.solve_direct(_hessian(p, c.up, nblock, single), c.grad)
+def _direction(c: _Carry, H):
+  """Newton's search direction at the carry's point (one world): -H^-1 grad, H (nv, nv) the
+  Hessian of the carry's constraint update (MuJoCo computes it right after the move; it is
+  computed here, at the start of the next iteration, so that a world that converged never
+  factors it)."""
+  Mgrad = linalg.solve_direct(H, c.grad)
   return c._replace(Mgrad=Mgrad, search=-Mgrad)
 
 
@@ -798,40 +880,74 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   the humanoid's rollouts (float32, one process, median of 7) went from 21,494 to 21,772
   env-steps/s at batch 1024, 15,873 to 16,046 at batch 64 and 5,878 to 5,957 at batch 1,
   float64 steps bit-identical.
+
+  The row work (the Hessian's J' D J, J search, each line-search evaluation, the constraint
+  update and J' force) runs on the row bucket of the batch, or of each CPU chunk (_on_rows:
+  the first k rows of cfg.sizes that every world fits); the carry keeps all N rows (those past
+  the bucket are unused: jar, force 0, state UNUSED), so the iterations compile once and only
+  the row work once per size.
   """
-  C = jax.vmap(lambda p, w, e: _init(cfg, p, w, e))(P, warm, empty)
-  prep = jax.vmap(_prepare_search)
-  move = jax.vmap(lambda p, prm, c, first, a, sl, ne, mv, jv:
-                  _move(cfg, p, prm, c, first, a, sl, ne, mv, jv),
-                  in_axes=(0, 0, 0, None, 0, 0, 0, 0, 0))
+  sizes = cfg.sizes
+  n = P.kind.shape[1]
   B = empty.shape[0]
   dtype = P.M.dtype
   zeros = (jnp.zeros((B,), dtype),) * 3 + (jnp.zeros((B,), jnp.int32),) * 3
+  # J's leading rows at each size, copied once per solve (the products cannot read a strided
+  # operand); the largest bucket's rows are what a CPU chunk gathers
+  Js = tuple(P.J[:, :k] for k in sizes[:-1]) + (P.J,)
 
-  def iteration(P, prm, C, frozen):
+  def heads(P, jrows, k):
+    return jax.vmap(lambda p, J: _head(p, k, J))(P, jrows(k))
+
+  def move(P, prm, C, first, alpha, slope, neval, Mv, Jv, index, jrows):
+    jar = C.jar + alpha[:, None] * Jv
+    up, Jtf = _on_rows(sizes, index, lambda k: jax.vmap(functools.partial(_constrain, cfg))(
+        heads(P, jrows, k), jar))
+    return jax.vmap(functools.partial(_move, cfg), in_axes=(0, 0, 0, None) + (0,) * 7)(
+        P, prm, C, first, alpha, slope, neval, Mv, jar, up, Jtf)
+
+  def iteration(P, prm, C, frozen, index, jrows):
     if cfg.newton:
-      C = jax.vmap(functools.partial(_direction, single=B == 1),
-                   in_axes=(0, 0, None))(P, C, _row_blocks(P))
-    snorm, Mv, Jv, LN = prep(P, C)
+      nblock = _row_blocks(P)
+
+      def hessian(k):
+        up = C.up._replace(state=C.up.state[:, :k])
+        nb = nblock if k >= 2 * ROW_BLOCK else None
+        return jax.vmap(functools.partial(_hessian, single=B == 1), in_axes=(0, 0, None))(
+            heads(P, jrows, k), up, nb)
+      C = jax.vmap(_direction)(C, _on_rows(sizes, index, hessian))
+    Jv = _on_rows(sizes, index, lambda k: jax.vmap(lambda J, s: _pad(J @ s, n))(
+        jrows(k), C.search))
+    snorm, Mv, Jv, LN = jax.vmap(_prepare_search)(P, C, Jv)
     S = jax.vmap(_ls_init)(LN, snorm, prm, frozen)
-    alpha, slope, neval = _linesearch_batch(cfg, P, LN, S)
-    new, stats = move(P, prm, C, False, alpha, slope, neval, Mv, Jv)
+    alpha, slope, neval = _linesearch_batch(cfg, P, LN, S, index)
+    new, stats = move(P, prm, C, False, alpha, slope, neval, Mv, Jv, index, jrows)
     zero = jax.tree_util.tree_map(lambda x: x[:frozen.shape[0]], zeros)
     return _select(frozen, C, new), _select(frozen, zero, stats)
 
+  index = _row_index(sizes, P)
+
+  def batch_rows(k):
+    return Js[sizes.index(k)]
+
+  C = _on_rows(sizes, index, lambda k: jax.vmap(functools.partial(_init, cfg, n))(
+      heads(P, batch_rows, k), warm, empty))
   # step 0 assesses the start point: the move by 0 along the (zero) search direction, i.e. the
   # constraint update and gradient at qacc, for the whole batch at once (no direction, no line
   # search, no chunks); its statistics are zero
   C, _ = move(P, prm, C, True, zeros[0], jnp.ones((B,), dtype), zeros[3],
-              jnp.zeros_like(C.search), jnp.zeros_like(C.jar))
+              jnp.zeros_like(C.search), jnp.zeros_like(C.jar), index, batch_rows)
 
   chunk = _chunk_size(B)
   if chunk >= B:
     def body(C, k):
       del k
-      return iteration(P, prm, C, C.done)
+      return iteration(P, prm, C, C.done, index, batch_rows)
   else:
     nslot = -(-B // chunk) * chunk
+    # a chunk gathers J's rows up to the largest bucket; the all-row branch gathers the rest
+    km = sizes[-2] if len(sizes) > 1 else n
+    Pm = P._replace(J=Js[-2] if len(sizes) > 1 else P.J)
 
     def body(C, k):
       # the worlds still iterating, in chunks of ``chunk``: gathered, iterated, scattered back
@@ -844,8 +960,14 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
         C, stats = carry
         ids = lax.dynamic_slice_in_dim(order, j * chunk, chunk)
         take = jnp.minimum(ids, B - 1)
-        part = jax.tree_util.tree_map(lambda x: x[take], (P, prm, C))
-        new, st = iteration(*part, ids >= B)
+        part = jax.tree_util.tree_map(lambda x: x[take], (Pm, prm, C))
+        Jm = part[0].J
+
+        def chunk_rows(k):
+          return Jm[:, :k] if k <= km else P.J[take]
+
+        # the chunk's own row bucket (its worlds may fit a smaller one than the batch's)
+        new, st = iteration(*part, ids >= B, _row_index(sizes, part[0]), chunk_rows)
         put = functools.partial(jax.tree_util.tree_map,
                                 lambda a, b: a.at[ids].set(b, mode='drop'))
         return put(C, new), put(stats, st)
@@ -877,71 +999,10 @@ def _chunk_size(batch: int) -> int:
   return batch
 
 
-def row_buckets(n: int) -> tuple:
-  """The smaller row counts the iterations also run at (see _iterate_bucketed), ascending:
-  an eighth and a quarter of the capacity ``n``, each rounded up to a multiple of 8 and at
-  least 32, keeping those at most half of ``n`` (none for small capacities)."""
-  def up8(x):                          # x rounded up to a multiple of 8
-    return -(-x // 8) * 8
-  sizes = sorted({max(32, up8(-(-n // q))) for q in (8, 4)})
-  return tuple(k for k in sizes if 2 * k <= n)
-
-
-def row_bucket(n: int) -> int:
-  """The largest row bucket of the capacity ``n`` (row_buckets), or ``n`` when it has none:
-  the rows that _bucket_rows takes once per solve."""
-  return max(row_buckets(n), default=n)
-
-
-def _truncate(P: _Problem, Jk) -> _Problem:
-  """The batched problem (leading axis B) on its first k rows, Jk (B, k, nv) being P.J's (the
-  rows in use come first, see mjx_py.constraint); cone row indices stay inside [0, k) (the rows
-  of every cone in use are below the row count)."""
-  k = Jk.shape[1]
-  return P._replace(J=Jk, aref=P.aref[:, :k], D=P.D[:, :k],
-                    R=P.R[:, :k], floss=P.floss[:, :k], kind=P.kind[:, :k],
-                    cone_row=jnp.minimum(P.cone_row, k - 1))
-
-
-def _pad_rows(C: _Carry, n: int) -> _Carry:
-  """A carry of k-row iterations padded to n rows as the unused rows are: jar and force 0,
-  state UNUSED."""
-  def pad(x, fill):
-    return jnp.pad(x, ((0, 0), (0, n - x.shape[1])), constant_values=fill)
-  up = C.up._replace(force=pad(C.up.force, 0), state=pad(C.up.state, UNUSED))
-  return C._replace(jar=pad(C.jar, 0), up=up)
-
-
-def _iterate_bucketed(cfg: _Config, P: _Problem, warm, empty, prm: _Params, Jk):
-  """_iterate_batch, run on the first k rows for the smallest k of row_buckets(N) that every
-  world of the batch fits (a lax.switch on the whole batch's largest row count), else on all N
-  rows. The rows beyond a world's count are unused (zero Jacobian, no cost, no force), so every
-  size gives the same iterates; a small one costs a fraction of the row work (line-search
-  evaluations, constraint updates, products with J) in the common case where the rows in use
-  are far below the capacity. The iterations are compiled at each size. Jk: the first
-  row_bucket(N) rows of P.J (_bucket_rows; the smaller buckets are its leading rows), shared
-  with solve_info's bucketed products, or None when there is no bucket."""
-  if Jk is None:
-    return _iterate_batch(cfg, P, warm, empty, prm)
-  n = P.J.shape[1]
-  sizes = row_buckets(n)
-  used = jnp.max(jnp.sum(P.kind != _NONE, axis=1))
-
-  def bucket(k):
-    def run(_):
-      C, stats = _iterate_batch(cfg, _truncate(P, Jk[:, :k]), warm, empty, prm)
-      return _pad_rows(C, n), stats
-    return run
-
-  branches = [bucket(k) for k in sizes] + [lambda _: _iterate_batch(cfg, P, warm, empty, prm)]
-  index = sum((used > k).astype(jnp.int32) for k in sizes)
-  return lax.switch(index, branches, None)
-
-
 def _iterate_fn(cfg: _Config):
-  """The primal iterations of one world, _iterate_bucketed underneath (see
-  mjx_py.batching.per_world): a function (p, warm, empty, prm, Jk) -> (carry, stats)."""
-  return per_world(lambda *args: _iterate_bucketed(cfg, *args))
+  """The primal iterations of one world, _iterate_batch underneath (see
+  mjx_py.batching.per_world): a function (p, warm, empty, prm) -> (carry, stats)."""
+  return per_world(lambda *args: _iterate_batch(cfg, *args))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1086,15 +1147,15 @@ def _params(m, dtype) -> _Params:
   return prm
 
 
-def _primal(m, ps: _Problem, warm, empty, prm: _Params, Jk):
-  """Newton or CG: (qacc*, final constraint update, niter, stats); Jk: the bucket rows of
-  ps.J (_bucket_rows), or None."""
+def _primal(m, ps: _Problem, warm, empty, prm: _Params):
+  """Newton or CG: (qacc*, final constraint update, niter, stats)."""
   ls_iterations = int(m.opt.ls_iterations)
   if ps.M.dtype == jnp.float32:
     ls_iterations = min(ls_iterations, F32_LS_ITERATIONS)
+  n = ps.J.shape[0]
   cfg = _Config(m.opt.solver == NEWTON, int(m.opt.iterations), ls_iterations,
-                not m.opt.disableflags & DSBL_WARMSTART)
-  carry, stats = _iterate_fn(cfg)(ps, warm, empty, prm, Jk)
+                not m.opt.disableflags & DSBL_WARMSTART, row_buckets(n) + (n,))
+  carry, stats = _iterate_fn(cfg)(ps, warm, empty, prm)
   return carry.qacc, carry.up, carry.niter, stats
 
 
@@ -1171,8 +1232,7 @@ def solve_info(m, d):
     qstar, fstar, state, up, niter, stats = _pgs(m, d, ps, dp, warm, prm, Minv)
     # with no rows PGS's result is qacc_smooth already
   else:
-    qstar, up, niter, stats = _primal(m, ps, warm, empty, prm,
-                                      None if Jk is None else lax.stop_gradient(Jk))
+    qstar, up, niter, stats = _primal(m, ps, warm, empty, prm)
     fstar, state = up.force, up.state
     # MuJoCo's layout of the cone Hessians: row-major dim x dim in the first dim^2 of contact.H
     nr = _cone_width(m)

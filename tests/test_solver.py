@@ -444,15 +444,17 @@ def _check_float32(m, rows, out, st, w):
   print(f'float32 solver gradient: finite; d/dqfrc_smooth vs H^-1 w {err:.2e}')
 
 
-def test_row_buckets_give_the_iterates_of_all_rows():
-  """The primal iterations run on the first k rows for the smallest k of row_buckets(N) that
-  every world of the batch fits, else on all N rows (solver._iterate_bucketed). On the box
-  stack (elliptic cones; buckets of 32 and 64 of its 234 rows), settled: with every body but
-  the base lifted clear it uses 12 rows (the small bucket), with the lowest three bodies left
-  in place 51 (the large bucket), as it rests 108 (all rows). A world solved alone, beside
-  a world of the next size and beside a world over every bucket gets the same solution and
-  iteration count. (The Newton Hessian sums blocks of solver.ROW_BLOCK rows in every case,
-  the 234 rows' last block clamped.)"""
+def test_row_buckets_give_the_iterates_of_all_rows(monkeypatch):
+  """The primal iterations' row work runs on the first k rows for the smallest k of
+  row_buckets(N) that every world of the batch (or of a CPU chunk) fits, else on all N rows
+  (solver._on_rows). On the box stack (elliptic cones; buckets of 32 and 64 of its 234 rows),
+  settled: with every body but the base lifted clear it uses 12 rows (the small bucket), with
+  the lowest three bodies left in place 51 (the large bucket), as it rests 108 (all rows). A
+  world solved alone, beside a world of the next size and beside a world over every bucket
+  gets the same solution and iteration count, and so does every world of a batch run in
+  chunks of 2 worlds whose buckets differ chunk by chunk (a chunk gathers the large bucket's
+  rows of J; a chunk over it gathers all rows in its row work). (The Newton Hessian sums
+  blocks of solver.ROW_BLOCK rows in every case, the 234 rows' last block clamped.)"""
   m = mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'box_stack.xml'))
   sizes = solver.row_buckets(m.nefc_max)
   assert sizes == (32, 64) and solver.row_bucket(m.nefc_max) == 64
@@ -491,6 +493,20 @@ def test_row_buckets_give_the_iterates_of_all_rows():
   # and the bucketed solves are the forward pass's own (the step's path for those worlds)
   np.testing.assert_allclose(runs['alone'][0].qacc[0], low.qacc, rtol=1e-9, atol=1e-9)
   np.testing.assert_allclose(runs['mid'][0].qacc[1], mid.qacc, rtol=1e-9, atol=1e-9)
+  # chunks of 2: (low, low) small bucket, (mid, low) large, (big, low) all rows, (mid, mid)
+  monkeypatch.setattr(solver, 'CPU_CHUNK', 2)
+  worlds = (low, low, mid, low, big, low, mid, mid)
+  out, sol = jax.jit(jax.vmap(lambda d: solver.solve_info(m, d)))(batch(*worlds))
+  whole = {'low': runs['alone'], 'mid': runs['all'], 'big': runs['all']}
+  slot = {'low': 0, 'mid': 1, 'big': 2}
+  for i, w in enumerate(worlds):
+    name = 'low' if w is low else 'mid' if w is mid else 'big'
+    out0, sol0 = whole[name]
+    j = slot[name]
+    np.testing.assert_allclose(out.qacc[i], out0.qacc[j], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(sol.efc_force[i], sol0.efc_force[j], rtol=1e-9, atol=1e-9)
+    np.testing.assert_array_equal(sol.efc_state[i], sol0.efc_state[j])
+    assert int(sol.solver_niter[i]) == int(sol0.solver_niter[j])
 
 
 @pytest.mark.parametrize('n, last', [(4 * solver.ROW_BLOCK, 3), (4 * solver.ROW_BLOCK - 3, 4)])
