@@ -696,8 +696,8 @@ def _linesearch_batch(cfg: _Config, P: _Problem, LN: _Line, S, index):
 
 def row_buckets(n: int) -> tuple:
   """The smaller row counts the row work also runs at (see _on_rows), ascending: an eighth and
-  a quarter of the capacity ``n``, each rounded up to a multiple of 8 and at least 32, keeping
-  those at most half of ``n`` (none for small capacities)."""
+  a quarter of the capacity ``n``, each rounded up to a multiple of 8 (so at least 8), keeping
+  those at most half of ``n`` (none below 16 rows)."""
   def up8(x):                          # x rounded up to a multiple of 8
     return -(-x // 8) * 8
   sizes = sorted({max(8, up8(-(-n // q))) for q in (8, 4)})
@@ -945,7 +945,8 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
       return iteration(P, prm, C, C.done, index, batch_rows)
   else:
     nslot = -(-B // chunk) * chunk
-    # a chunk gathers J's rows up to the largest bucket; the all-row branch gathers the rest
+    # a chunk gathers J's rows up to the largest bucket (km); the all-row branches gather all
+    # of the chunk's rows themselves, in each use (only chunks over every bucket take them)
     km = sizes[-2] if len(sizes) > 1 else n
     Pm = P._replace(J=Js[-2] if len(sizes) > 1 else P.J)
 
