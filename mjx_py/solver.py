@@ -105,9 +105,9 @@ search's control flow once: the carry keeps all N rows. Until this round the who
 were compiled at each size (a lax.switch around them): the humanoid's one-world step compiled
 in 17.2-20.7 instead of 19.8-21.9 s on a slow day of this machine (HLO instructions after
 optimization 19,131 -> 16,094), which made buckets down to 8 rows affordable (they used to
-be at least 32 rows): the hopper (buckets 8 and 16 of its 62 rows; none before) went from 102.3 to 89.1 us
-per world-step at batch 1024 (one process, alternating calls, median of 15), unchanged at
-batch 64. The humanoid's row work on 40 or 72 rows is as before, its carry now at 262 rows and
+be at least 32 rows): the hopper (buckets 8 and 16 of its 62 rows; none before) went from
+102.3 to 89.1 us per world-step at batch 1024 (one process, alternating calls, median of 15),
+unchanged at batch 64. The humanoid's row work on 40 or 72 rows is as before, its carry now at 262 rows and
 each CPU chunk gathering the 72-row bucket's J: batch 64 and 1024 within 2-8% of the previous
 code (one process, alternating calls; the fastest calls equal). History: with a single bucket of
 72 rows the humanoid's batch-1024 solve took 91 ms instead of 263 ms on all rows, the step 247
