@@ -92,38 +92,38 @@ batch 4096 ran 7,748 (chunks of 128: 6,893); at batch 64, chunks of 32 were slow
 against 6,008-6,160 unchunked), so batches up to 64 run whole. Accelerators run the whole batch
 (their throughput needs its width).
 
-Rows. The efc buffers hold nefc_max = N rows (the most the model can produce at once); a
-world uses its first nefc, the rest are unused. The iterations' row work (the Hessian's
-J' D J, J search, every line-search evaluation, the constraint update and J' force) runs over
-all N unless the batch fits a smaller size: row_buckets(N) are an eighth and a quarter of N
-(each rounded up to a multiple of 8, at most N / 2), and the row work runs on the first k
-rows for the smallest bucket k that every world of the batch (on CPU: of each chunk) fits,
-its results padded back to N. The unused rows add nothing, so every size gives the same
-iterates up to summation order. Only the row work is compiled at each size (_on_rows: a
-lax.switch per piece of row work on the batch's bucket index), the iterations and the line
-search's control flow once: the carry keeps all N rows. Until this round the whole iterations
-were compiled at each size (a lax.switch around them): the humanoid's one-world step compiled
-in 17.2-20.7 instead of 19.8-21.9 s on a slow day of this machine (HLO instructions after
-optimization 19,131 -> 16,094), which made buckets down to 8 rows affordable (they used to
-be at least 32 rows): the hopper (buckets 8 and 16 of its 62 rows; none before) went from
-102.3 to 89.1 us per world-step at batch 1024 (one process, alternating calls, median of 15),
-unchanged at batch 64. The humanoid's row work on 40 or 72 rows is as before, its carry now at 262 rows and
-each CPU chunk gathering the 72-row bucket's J: batch 64 and 1024 within 2-8% of the previous
-code (one process, alternating calls; the fastest calls equal). History: with a single bucket of
-72 rows the humanoid's batch-1024 solve took 91 ms instead of 263 ms on all rows, the step 247
-instead of 397 ms; the eighth (40 rows) took it from 19,763 to 21,120 env-steps/s at batch
-1024. Within the bucket, the Newton Hessian's J' D J (the costliest row work, nv^2 per row)
-sums only the blocks of ROW_BLOCK rows that hold the batch's rows in use (_hessian,
-_row_blocks; for any N of at least 2 ROW_BLOCK rows, the last block clamped to end at row N
-when N is not a multiple: the hopper's 62 rows, before it had buckets, went from a sum over all
-62 rows to a block or two: its RK4 step, batch 512 on one core, 147.0 / 148.4 -> 145.5 / 135.8
-us per world on a slow day of this machine, float64 qacc within 2.2e-12). Each line-search
-evaluation forms the rows' cost polynomials from jar, J search and D on the bucket's rows
-(_row_poly; the rows on the minor axis, so that a batch's evaluations vectorize along them)
-rather than reading (3, N) tables prepared per direction, so that the line's state has no
-per-bucket shape. A model that cannot produce friction-loss rows (no dof or tendon
-frictionloss, or the frictionloss flag disabled; static) carries floss as (0,), and the
-constraint update and the line's evaluations leave the friction-loss pieces out.
+Rows. The efc buffers hold nefc_max = N rows (the most the model can produce at once); a world
+uses its first nefc, the rest are unused. The iterations' row work (the Hessian's J' D J, J
+search, every line-search evaluation, the constraint update and J' force) runs over all N unless
+the batch fits a smaller size: row_buckets(N) are an eighth and a quarter of N (each rounded up
+to a multiple of 8, at most N / 2), and the row work runs on the first k rows for the smallest
+bucket k that every world of the batch (on CPU: of each chunk) fits, its results padded back to
+N. The unused rows add nothing, so every size gives the same iterates up to summation order.
+Only the row work is compiled at each size (_on_rows: a lax.switch per piece of row work on the
+batch's bucket index), the iterations and the line search's control flow once: the carry keeps
+all N rows. Until this round the whole iterations were compiled at each size (a lax.switch
+around them): the humanoid's one-world step compiled in 17.2-20.7 instead of 19.8-21.9 s on a
+slow day of this machine (HLO instructions after optimization 19,131 -> 16,094), which made
+buckets down to 8 rows affordable (they used to be at least 32 rows): the hopper (buckets 8 and
+16 of its 62 rows; none before) went from 102.3 to 89.1 us per world-step at batch 1024 (one
+process, alternating calls, median of 15), unchanged at batch 64. The humanoid's row work on 40
+or 72 rows is as before, its carry now at 262 rows and each CPU chunk gathering the 72-row
+bucket's J: batch 64 and 1024 within 2-8% of the previous code (one process, alternating calls;
+the fastest calls equal). History: with a single bucket of 72 rows the humanoid's batch-1024
+solve took 91 ms instead of 263 ms on all rows, the step 247 instead of 397 ms; the eighth (40
+rows) took it from 19,763 to 21,120 env-steps/s at batch 1024. Within the bucket, the Newton
+Hessian's J' D J (the costliest row work, nv^2 per row) sums only the blocks of ROW_BLOCK rows
+that hold the batch's rows in use (_hessian, _row_blocks; for any N of at least 2 ROW_BLOCK
+rows, the last block clamped to end at row N when N is not a multiple: the hopper's 62 rows,
+before it had buckets, went from a sum over all 62 rows to a block or two: its RK4 step, batch
+512 on one core, 147.0 / 148.4 -> 145.5 / 135.8 us per world on a slow day of this machine,
+float64 qacc within 2.2e-12). Each line-search evaluation forms the rows' cost polynomials from
+jar, J search and D on the bucket's rows (_row_poly; the rows on the minor axis, so that a
+batch's evaluations vectorize along them) rather than reading (3, N) tables prepared per
+direction, so that the line's state has no per-bucket shape. A model that cannot produce
+friction-loss rows (no dof or tendon frictionloss, or the frictionloss flag disabled; static)
+carries floss as (0,), and the constraint update and the line's evaluations leave the
+friction-loss pieces out.
 
 Gradients (implicit differentiation at the optimum, active set frozen): the iterations run on
 stop_gradient inputs. At the solution qacc* the residual G(qacc, theta) = M qacc - qfrc_smooth
