@@ -167,7 +167,7 @@ from .batching import per_world
 from .check import batch_any
 from .data import dual_rows
 from .errors import NotSupportedError
-from .math import MINVAL
+from .math import MINVAL, nonzero_first
 from .xla import full_precision
 
 # float32 floors of opt.tolerance and opt.ls_tolerance (see the module docstring)
@@ -710,12 +710,17 @@ def row_bucket(n: int) -> int:
   return max(row_buckets(n), default=n)
 
 
+def _rows_used(P: _Problem):
+  """The most rows in use in any world of the batch P (leading axis B): an int32 scalar."""
+  return jnp.max(jnp.sum(P.kind != _NONE, axis=1))
+
+
 def _row_index(sizes: tuple, P: _Problem):
   """The index into ``sizes`` of the smallest row count that every world of the batch P
   (leading axis B) fits: an int32 scalar, or None when there is one size."""
   if len(sizes) == 1:
     return None
-  used = jnp.max(jnp.sum(P.kind != _NONE, axis=1))
+  used = _rows_used(P)
   return sum((used > k).astype(jnp.int32) for k in sizes[:-1])
 
 
@@ -859,7 +864,7 @@ def _row_blocks(P: _Problem):
   n = P.kind.shape[1]
   if n < 2 * ROW_BLOCK:
     return None
-  used = jnp.max(jnp.sum(P.kind != _NONE, axis=1))
+  used = _rows_used(P)
   return ((used + ROW_BLOCK - 1) // ROW_BLOCK).astype(jnp.int32)
 
 
@@ -954,7 +959,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
       # the worlds still iterating, in chunks of ``chunk``: gathered, iterated, scattered back
       del k
       active = ~C.done
-      order = jnp.nonzero(active, size=nslot, fill_value=B)[0]
+      order = nonzero_first(active, nslot, B)
       nchunk = (jnp.sum(active, dtype=jnp.int32) + chunk - 1) // chunk
 
       def one_chunk(j, carry):
