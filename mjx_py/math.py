@@ -17,7 +17,11 @@ MINVAL = 1e-15  # mjMINVAL
 def concrete(x):
   """x as a numpy array when it is concrete (not traced: a Model closed over by jit), else
   None. Lets a stage skip work whose inputs are known zeros without changing a traced or
-  batched Model's program."""
+  batched Model's program. A tracer is answered without trying the conversion: JAX's error for
+  it walks the jaxpr to name the value's origin, which cost 1.8 of 10.8 s (profiled) of tracing
+  the humanoid's step with the Model as a jit argument."""
+  if isinstance(x, jax.core.Tracer):
+    return None
   try:
     return np.asarray(x)
   except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
