@@ -69,7 +69,7 @@ import numpy as np
 from jax import lax
 
 from ..errors import NotSupportedError
-from ..math import MINVAL, cumsum_int, safe_norm
+from ..math import MINVAL, cumsum_int, nonzero_first, safe_norm
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = range(8)
 TYPE_NAMES = ('plane', 'hfield', 'sphere', 'capsule', 'ellipsoid', 'cylinder', 'box', 'mesh')
@@ -835,7 +835,7 @@ def _epa(g1, g2, poly, vidx, tol, kmax, nsteps, discrete=False):
     # horizon, then one new face per horizon edge in the freed / free slots
     p3, hf, he, ne, over = _horizon(poly2, f, v[0], nsteps)
     act = rng_h < ne
-    slot = jnp.nonzero(p3.fidx == -2, size=nsteps, fill_value=nf)[0].astype(jnp.int32)
+    slot = nonzero_first(p3.fidx == -2, nsteps, nf)
     ne1 = jnp.maximum(ne, 1)
     e1 = p3.fvert[hf, he]
     e2 = p3.fvert[hf, (he + 1) % 3]

@@ -101,7 +101,7 @@ import numpy as np
 from ..check import batch_any
 from ..data import Contact, empty_contact
 from ..errors import NotSupportedError
-from ..math import MINVAL, cumsum_int, safe_norm
+from ..math import MINVAL, cumsum_int, nonzero_first, safe_norm
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH, SDF = range(9)
 GEOM_TYPE_NAMES = ('plane', 'hfield', 'sphere', 'capsule', 'ellipsoid', 'cylinder', 'box', 'mesh',
@@ -587,7 +587,7 @@ def _select(keep, slack, k):
   def score():
     return jnp.where(keep, -jnp.where(jnp.isnan(slack), jnp.finfo(slack.dtype).max, slack),
                      -jnp.inf)
-  fits = jnp.nonzero(keep, size=k, fill_value=0)[0].astype(jnp.int32)
+  fits = nonzero_first(keep, k, 0)
   sel = _top_k_if_over(score, k, over, fits)
   return sel, jnp.where(over, keep[sel], jnp.arange(k) < nkeep)
 
@@ -599,8 +599,7 @@ def _deepest_slots(valid, dist, nvalid, cap):
   # the valid slots in order, then the first invalid slot (there is one when nvalid <= cap,
   # as the caller has more slots than cap)
   first_invalid = jnp.argmin(valid).astype(jnp.int32)
-  fits = jnp.where(jnp.arange(cap) < nvalid, jnp.nonzero(valid, size=cap, fill_value=0)[0],
-                   first_invalid).astype(jnp.int32)
+  fits = jnp.where(jnp.arange(cap) < nvalid, nonzero_first(valid, cap, 0), first_invalid)
   def score():   # the deepest first: minus the distance (NaN as the largest, invalid last)
     return -jnp.where(valid, jnp.where(jnp.isnan(dist), jnp.finfo(dist.dtype).max, dist),
                       jnp.inf)
