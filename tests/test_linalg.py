@@ -44,26 +44,35 @@ def test_inverse_unbatched_vmapped_and_nested(n):
                              atol=1e-12 * np.abs(expect).max())
 
 
+@pytest.mark.parametrize('library', [False, True], ids=['gauss_jordan', 'library_lu'])
 @pytest.mark.parametrize('n', [1, 6, 12, 27, 40])
-def test_solve_direct_unbatched_vmapped_and_nested(n):
+def test_solve_direct_unbatched_vmapped_and_nested(n, library, monkeypatch):
   """The Newton direction's solve (Gauss-Jordan on [a | b] in column-narrowing loops: one loop
-  below 12 columns, three from 12 on) against numpy, alone, under vmap, nested vmaps and with
-  an unbatched matrix shared by the worlds; a nonsymmetric a with nonzero leading minors too."""
+  below 12 columns, three from 12 on; on a GPU the batched LU solve, taken here on the CPU)
+  against numpy, alone, under vmap, nested vmaps and with an unbatched matrix shared by the
+  worlds; a nonsymmetric a with nonzero leading minors too."""
+  monkeypatch.setattr(linalg, '_library_solve', lambda: library)
+
+  def solve_direct(a, b):  # a fresh function per test: nothing reuses another path's trace
+    return linalg.solve_direct(a, b)
   rng = np.random.default_rng(n)
   a = _spd((3, 4), n) + 0.01 * rng.normal(size=(3, 4, n, n))
   b = rng.normal(size=(3, 4, n)) * 10.0 ** rng.uniform(-2, 2, size=(3, 4, 1))
   expect = np.linalg.solve(a, b[..., None])[..., 0]
   tol = dict(rtol=1e-9, atol=1e-12 * np.abs(expect).max())
-  np.testing.assert_allclose(jax.jit(linalg.solve_direct)(a[0, 0], b[0, 0]), expect[0, 0], **tol)
-  np.testing.assert_allclose(jax.jit(jax.vmap(linalg.solve_direct))(a[0], b[0]), expect[0],
+  # the path taken: the LU primitive appears in the traced program only on the library path
+  jaxpr = str(jax.make_jaxpr(jax.vmap(solve_direct))(a[0], b[0])).split()
+  assert ('lu' in jaxpr) == library
+  np.testing.assert_allclose(jax.jit(solve_direct)(a[0, 0], b[0, 0]), expect[0, 0], **tol)
+  np.testing.assert_allclose(jax.jit(jax.vmap(solve_direct))(a[0], b[0]), expect[0],
                              **tol)
-  np.testing.assert_allclose(jax.jit(jax.vmap(jax.vmap(linalg.solve_direct)))(a, b), expect,
+  np.testing.assert_allclose(jax.jit(jax.vmap(jax.vmap(solve_direct)))(a, b), expect,
                              **tol)
-  shared = jax.jit(jax.vmap(lambda x: linalg.solve_direct(a[1, 2], x)))(b[1])
+  shared = jax.jit(jax.vmap(lambda x: solve_direct(a[1, 2], x)))(b[1])
   np.testing.assert_allclose(shared, np.linalg.solve(a[1, 2], b[1].T).T, **tol)
   # several right-hand sides (n, k)
   many = np.swapaxes(b[:, :2], 1, 2)                                # (3, n, 2)
-  np.testing.assert_allclose(jax.jit(jax.vmap(linalg.solve_direct))(a[:, 0], many),
+  np.testing.assert_allclose(jax.jit(jax.vmap(solve_direct))(a[:, 0], many),
                              np.linalg.solve(a[:, 0], many), **tol)
 
 
