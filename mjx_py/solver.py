@@ -840,7 +840,7 @@ def _move(cfg: _Config, p: _Problem, prm: _Params, c: _Carry, first, alpha, slop
   out = out._replace(done=jnp.where(first, c.done, ~moved | converged))
   nactive = jnp.sum((up.state != SATISFIED) & (p.kind != _NONE), dtype=jnp.int32)
   nchange = jnp.sum(up.state != c.up.state, dtype=jnp.int32)
-  keep = moved & ~first
+  keep = moved & jnp.logical_not(first)  # first: a Python bool or an array
   zero, izero = jnp.zeros((), dtype), jnp.zeros((), jnp.int32)
   stats = (jnp.where(keep, improvement, zero), jnp.where(keep, gradient, zero),
            jnp.where(keep, slope, zero), jnp.where(keep, nactive, izero),
