@@ -1,4 +1,5 @@
-"""Dense factorizations in plain JAX operations (no LAPACK custom calls) for the step.
+"""Dense factorizations in plain JAX operations (no LAPACK custom calls) for the step; on a GPU
+the direct solve is the backend's batched LU solve instead (``solve_direct``).
 
 Why not ``jnp.linalg.cholesky`` / ``jnp.linalg.solve``: on CPU they call jaxlib's LAPACK
 kernels, which split a vmapped batch of matrices over the thread pool that XLA runs the program
@@ -6,8 +7,9 @@ on and block until the pieces finish. Measured with jaxlib 0.10.2 on 2 cores: a 
 humanoid rollout at batch 1024 hung in about one run in three, every pool thread waiting
 inside ``lapack_spotrf_ffi``'s ParallelBatchMap (it still hung with the step's two
 factorizations forced to run one after the other). The loops here compile to ordinary XLA
-while-loops of fused elementwise work, so nothing can block, and they behave the same on CPU,
-GPU and TPU.
+while-loops of fused elementwise work, so nothing can block, and they run on any backend (on
+a GPU the direct solve takes the library's batched kernels, which run faster there: see
+``solve_direct``).
 
 The solves use Gauss-Jordan elimination without pivoting: on [a | b] for a value
 (``solve_direct``), the inverse (``inverse``) when differentiated and in the dual solvers.
