@@ -454,3 +454,32 @@ def test_profile_compile_example():
   lowered = jax.jit(f).lower(jnp.ones(3))
   assert example.hlo_instructions(lowered.as_text(dialect='hlo')) >= sum(counts.values())
   assert example.hlo_instructions(lowered.compile().as_text()) > 0
+
+
+def test_profile_step_example():
+  """examples/profile_step.py's accounting: HLO instructions resolved to their source lines
+  through the optimized module's stack-frame tables, self times of nested trace events, and
+  command-buffer kernels matched to their fusions by name."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      'profile_step', os.path.join(ROOT, 'examples', 'profile_step.py'))
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+
+  def f(x):
+    return jnp.sin(x) * 2.0 + mjx_py.math.safe_norm(x)
+  text = jax.jit(f).lower(jnp.ones(3)).compile().as_text()
+  stacks = example.hlo_stacks(text)
+  assert stacks and all(isinstance(s, list) for s in stacks.values())
+  frames = [fr for s in stacks.values() for fr in s]
+  assert any(fr.startswith('test_api.py:') and fr.endswith('.f') for fr in frames), frames
+  assert any(fr.startswith('math.py:') and fr.endswith(' safe_norm') for fr in frames)
+  # a parent of 10 us with children of 3 and 4 us on one thread; another thread apart
+  ev = [dict(pid=1, tid=1, ts=0.0, dur=10.0, name='a'), dict(pid=1, tid=1, ts=1.0, dur=3.0,
+        name='b'), dict(pid=1, tid=1, ts=5.0, dur=4.0, name='c'),
+        dict(pid=1, tid=2, ts=0.0, dur=6.0, name='d')]
+  assert {e['name']: t for e, t in example.self_times(ev)} == {'a': 3.0, 'b': 3.0, 'c': 4.0,
+                                                              'd': 6.0}
+  assert example.hlo_name(dict(name='loop_add_fusion_8',
+                               args=dict(hlo_op='command_buffer_5'))) == 'loop_add_fusion.8'
+  assert example.hlo_name(dict(name='MemcpyD2H', args=dict(hlo_op='while.160'))) == 'while.160'
