@@ -18,8 +18,13 @@ records CALLS calls with ``jax.profiler`` (a perfetto trace) and prints, per ste
 
 --out DIR keeps the trace (trace.json.gz) and the optimized HLO (step.hlo.gz). Profiling adds
 time to each operation, so the busy times are for comparing shares, not for the step's speed
-(the unprofiled median is printed first). Float32, XLA's default options on the accelerator,
-``mjx_py.xla.compile_options()`` on CPU.
+(the unprofiled median is printed first). On CPU the overhead is largest in a while loop that
+XLA runs operation by operation (its carry above the small-loop threshold, see mjx_py.xla):
+each trip's operations are charged it. The humanoid's CPU chunks at batch 1024 write their
+262-row results back by three such scatter loops of 64 trips, 24% of the profiled busy time;
+writing them to contiguous slots instead and taking them back by one gather changed the
+unprofiled step by nothing (one process, 11 alternating pairs, median ratio 1.034). Float32,
+XLA's default options on the accelerator, ``mjx_py.xla.compile_options()`` on CPU.
 """
 
 from __future__ import annotations
