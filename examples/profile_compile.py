@@ -13,7 +13,8 @@ worlds; ``--grad NSTEP``: of ``jax.grad`` of the squared final qpos through an N
 - the heaviest HLO passes and the heaviest kinds of per-operation LLVM modules;
 - the program's size: jaxpr equations attributed to the mjx_py function that emitted them (the
   innermost mjx_py frame of each equation's traceback; control flow counted through its
-  bodies, each copy of a body once), and HLO instructions before and after XLA's optimization.
+  bodies, each copy of a body once), HLO instructions before and after XLA's optimization, and
+  the optimized program's kernels (fusions and their sizes, while loops, conditionals).
 
 XLA's timers are VLOG(1) messages of three of its source files, enabled through
 $TF_CPP_VMODULE before JAX starts and read from the process's standard error while the one
@@ -134,6 +135,27 @@ def hlo_instructions(text: str) -> int:
   return len(re.findall(r'^\s*(?:ROOT )?%?[\w.-]+ = \S+ [\w-]+\(', text, flags=re.M))
 
 
+def kernel_summary(text: str) -> dict:
+  """The kernels of an optimized HLO module's text: 'fusions' (fusion instructions: each one
+  kernel, built by LLVM), 'sizes' (instructions of each fused computation, descending),
+  'loops' (while instructions) and 'conds' (conditional instructions). The number of fusions,
+  rather than their size, is what code generation and a small batch's per-operation run time
+  grow with."""
+  sizes, counts = [], collections.Counter()
+  for block in re.split(r'\n(?=\S)', text):
+    head = block.split('\n', 1)[0]
+    body = block.split('\n')[1:]
+    if re.match(r'%?fused\S* ', head):
+      sizes.append(sum(1 for line in body if re.match(r'\s*(?:ROOT )?%?[\w.-]+ = ', line)))
+    else:
+      for line in body:
+        op = re.match(r'\s*(?:ROOT )?%?[\w.-]+ = .*? (fusion|while|conditional)\(', line)
+        if op:
+          counts[op.group(1)] += 1
+  return dict(fusions=counts['fusion'], sizes=sorted(sizes, reverse=True),
+              loops=counts['while'], conds=counts['conditional'])
+
+
 class _Stderr:
   """Captures file descriptor 2 (where XLA logs) into a temporary file inside the block."""
 
@@ -212,6 +234,12 @@ def main():
   print(f'program: {sum(eqns.values())} jaxpr equations, '
         f'{hlo_instructions(lowered.as_text(dialect="hlo"))} HLO instructions before XLA\'s '
         f'optimization, {hlo_instructions(compiled.as_text())} after')
+  kern = kernel_summary(compiled.as_text())
+  if kern['sizes']:
+    sizes = kern['sizes']
+    print(f"  kernels: {kern['fusions']} fusions (instructions each: median "
+          f"{sizes[len(sizes) // 2]}, largest {sizes[0]}), {kern['loops']} while loops, "
+          f"{kern['conds']} conditionals")
   modules = collections.Counter()
   for key, n in eqns.items():
     modules[key.split(':')[0]] += n

@@ -454,6 +454,28 @@ def test_profile_compile_example():
   lowered = jax.jit(f).lower(jnp.ones(3))
   assert example.hlo_instructions(lowered.as_text(dialect='hlo')) >= sum(counts.values())
   assert example.hlo_instructions(lowered.compile().as_text()) > 0
+  # the kernels of an optimized module: fusions and their fused computations' sizes, loops
+  text = '\n'.join([
+      'HloModule jit_f', '',
+      '%fused_computation (param_0: f32[3]) -> f32[3] {',
+      '  %param_0 = f32[3]{0} parameter(0)',
+      '  %sine.1 = f32[3]{0} sine(%param_0)',
+      '  ROOT %multiply.2 = f32[3]{0} multiply(%sine.1, %sine.1)', '}', '',
+      '%fused_computation.1 (param_0.1: f32[3]) -> f32[3] {',
+      '  ROOT %param_0.1 = f32[3]{0} parameter(0)', '}', '',
+      'ENTRY %main.9 (x: f32[3]) -> f32[3] {',
+      '  %x = f32[3]{0} parameter(0)',
+      '  %a_fusion = f32[3]{0} fusion(%x), kind=kLoop, calls=%fused_computation',
+      '  %w = (s32[], f32[3]{0}) while(%t), condition=%c, body=%b',
+      '  ROOT %b_fusion = f32[3]{0} fusion(%a_fusion), kind=kLoop, calls=%fused_computation.1',
+      '}'])
+  assert example.kernel_summary(text) == dict(fusions=2, sizes=[3, 1], loops=1, conds=0)
+
+  def g(x):
+    return jax.lax.fori_loop(0, x.shape[0] + jnp.int32(x[0] > 0), lambda i, y: jnp.sin(y) * y,
+                             x)
+  kern = example.kernel_summary(jax.jit(g).lower(jnp.ones(3)).compile().as_text())
+  assert kern['fusions'] >= 1 and kern['loops'] == 1 and len(kern['sizes']) >= 1
 
 
 def test_profile_step_example():
