@@ -129,10 +129,14 @@ def equations_by_function(jaxpr) -> collections.Counter:
   return counts
 
 
+# the start of an instruction's line in HLO text, up to its shape
+_INSTRUCTION = r'^\s*(?:ROOT )?%?[\w.-]+ = '
+
+
 def hlo_instructions(text: str) -> int:
   """Instructions in an HLO module's text: lines 'name = type op(...', the name with a '%'
   in XLA's optimized text and without one in JAX's lowered text."""
-  return len(re.findall(r'^\s*(?:ROOT )?%?[\w.-]+ = \S+ [\w-]+\(', text, flags=re.M))
+  return len(re.findall(_INSTRUCTION + r'\S+ [\w-]+\(', text, flags=re.M))
 
 
 def kernel_summary(text: str) -> dict:
@@ -143,15 +147,12 @@ def kernel_summary(text: str) -> dict:
   grow with."""
   sizes, counts = [], collections.Counter()
   for block in re.split(r'\n(?=\S)', text):
-    head = block.split('\n', 1)[0]
-    body = block.split('\n')[1:]
+    head, _, body = block.partition('\n')
     if re.match(r'%?fused\S* ', head):
-      sizes.append(sum(1 for line in body if re.match(r'\s*(?:ROOT )?%?[\w.-]+ = ', line)))
+      sizes.append(hlo_instructions(body))
     else:
-      for line in body:
-        op = re.match(r'\s*(?:ROOT )?%?[\w.-]+ = .*? (fusion|while|conditional)\(', line)
-        if op:
-          counts[op.group(1)] += 1
+      counts.update(re.findall(_INSTRUCTION + r'.*? (fusion|while|conditional)\(', body,
+                               flags=re.M))
   return dict(fusions=counts['fusion'], sizes=sorted(sizes, reverse=True),
               loops=counts['while'], conds=counts['conditional'])
 
@@ -231,10 +232,11 @@ def main():
       print("XLA printed no timers (its logging may already have started): rerun as a script")
 
   eqns = equations_by_function(traced.jaxpr.jaxpr)
+  optimized = compiled.as_text()
   print(f'program: {sum(eqns.values())} jaxpr equations, '
         f'{hlo_instructions(lowered.as_text(dialect="hlo"))} HLO instructions before XLA\'s '
-        f'optimization, {hlo_instructions(compiled.as_text())} after')
-  kern = kernel_summary(compiled.as_text())
+        f'optimization, {hlo_instructions(optimized)} after')
+  kern = kernel_summary(optimized)
   if kern['sizes']:
     sizes = kern['sizes']
     print(f"  kernels: {kern['fusions']} fusions (instructions each: median "
