@@ -14,7 +14,10 @@ worlds; ``--grad NSTEP``: of ``jax.grad`` of the squared final qpos through an N
 - the program's size: jaxpr equations attributed to the mjx_py function that emitted them (the
   innermost mjx_py frame of each equation's traceback; control flow counted through its
   bodies, each copy of a body once), HLO instructions before and after XLA's optimization, and
-  the optimized program's kernels (fusions and their sizes, while loops, conditionals).
+  the optimized program's kernels (fusions and their sizes, while loops, conditionals) and
+  its fusions attributed to the function that emitted them (the innermost frame of each
+  fusion's stack in the optimized module's stack-frame tables, as examples/profile_step.py
+  reads them).
 
 XLA's timers are VLOG(1) messages of three of its source files, enabled through
 $TF_CPP_VMODULE before JAX starts and read from the process's standard error while the one
@@ -45,6 +48,9 @@ from jax.extend import core as jcore  # noqa: E402
 
 import mjx_py  # noqa: E402
 from mjx_py import xla  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_step import hlo_stacks  # noqa: E402
 
 _UNITS = {'s': 1.0, 'ms': 1e-3, 'us': 1e-6, 'min': 60.0}
 _TIMER = re.compile(r'\] (.*) time: ([0-9.]+) (min|ms|us|s) ')
@@ -131,6 +137,8 @@ def equations_by_function(jaxpr) -> collections.Counter:
 
 # the start of an instruction's line in HLO text, up to its shape
 _INSTRUCTION = r'^\s*(?:ROOT )?%?[\w.-]+ = '
+# the same, capturing the instruction's name
+_NAMED_INSTRUCTION = r'^\s*(?:ROOT )?%?([\w.-]+) = '
 
 
 def hlo_instructions(text: str) -> int:
@@ -155,6 +163,22 @@ def kernel_summary(text: str) -> dict:
                                flags=re.M))
   return dict(fusions=counts['fusion'], sizes=sorted(sizes, reverse=True),
               loops=counts['while'], conds=counts['conditional'])
+
+
+def fusions_by_function(text: str) -> collections.Counter:
+  """Fusion instructions (kernels) of an optimized HLO module's text per function
+  'module:function', the innermost frame of the fusion's stack (from the module's stack-frame
+  tables, mjx_py's files by their base name), else '?'."""
+  stacks = hlo_stacks(text)
+  counts = collections.Counter()
+  for name in re.findall(_NAMED_INSTRUCTION + r'.*? fusion\(', text, flags=re.M):
+    frames = stacks.get(name)
+    if not frames:
+      counts['?'] += 1
+      continue
+    where, _, function = frames[0].partition(' ')
+    counts[where.split(':')[0].removesuffix('.py') + ':' + function] += 1
+  return counts
 
 
 class _Stderr:
@@ -249,6 +273,8 @@ def main():
       args.top)))
   print('  equations by function: ' + ', '.join(f'{k} {v}' for k, v in eqns.most_common(
       args.top)))
+  print('  fusions by function: ' + ', '.join(
+      f'{k} {v}' for k, v in fusions_by_function(optimized).most_common(args.top)))
 
 
 if __name__ == '__main__':

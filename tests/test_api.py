@@ -414,7 +414,8 @@ def test_unknown_material_is_an_error():
 def test_profile_compile_example():
   """examples/profile_compile.py's accounting: XLA's timer lines parsed and summed by phase,
   pass and module kind; HLO instructions counted; jaxpr equations attributed to the mjx_py
-  function that emitted them, also through jax.numpy's jitted helpers (jnp.where)."""
+  function that emitted them, also through jax.numpy's jitted helpers (jnp.where); kernels
+  counted and attributed to their functions."""
   import importlib.util
   spec = importlib.util.spec_from_file_location(
       'profile_compile', os.path.join(ROOT, 'examples', 'profile_compile.py'))
@@ -476,6 +477,16 @@ def test_profile_compile_example():
                              x)
   kern = example.kernel_summary(jax.jit(g).lower(jnp.ones(3)).compile().as_text())
   assert kern['fusions'] >= 1 and kern['loops'] == 1 and len(kern['sizes']) >= 1
+  # fusions attributed to the function that emitted them (innermost stack frame)
+  assert example.fusions_by_function(text) == {'?': 2}        # no stack-frame tables
+  def h(x):
+    return jnp.sin(x) * mjx_py.math.safe_norm(jnp.cos(x), keepdims=True)
+  text = jax.jit(h).lower(jnp.ones((4, 3))).compile().as_text()
+  fused = example.fusions_by_function(text)
+  assert sum(fused.values()) == example.kernel_summary(text)['fusions'] >= 1
+  assert fused['math:safe_norm'] >= 1, fused
+  assert set(fused) <= {'math:safe_norm', 'test_api:test_profile_compile_example.<locals>.h',
+                        '?'}, fused
 
 
 def test_profile_step_example():
