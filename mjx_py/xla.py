@@ -59,12 +59,12 @@ ant at batch 1 (3,919-3,976 against 3,838-3,901), the hopper and the ant at batc
 at batch 64 on one device (16,510-16,668 against 16,641-16,903), the gradient through 100
 steps (49.3 against 49.1 ms) and the compile times moved within noise. Float64 rollouts of 100
 steps: bit-identical at batch 8 (humanoid, ant); at batch 1 within 1.6e-10 (the humanoid's
-qpos and qacc: the loop compiled as one kernel rounds some sums differently). A threshold of 64 MB
-(which takes in the CPU chunks' loop of a batch-1024 step, and a whole batch-64 rollout)
-measured within the machine's spread at batch 64 and 1024 (README, stop 36), so it stays 1 MB. The main job,
-``mjx_py.testspeed`` and ``examples/compare_speed.py`` call it at start (MJX, measured in a
-child process of compare_speed, gets its own variant); library users call it themselves, or
-set the flag in $XLA_FLAGS.
+qpos and qacc: the loop compiled as one kernel rounds some sums differently). A threshold of
+64 MB (which takes in the CPU chunks' loop of a batch-1024 step, and a whole batch-64 rollout)
+measured within the machine's spread at batch 64 and 1024 (README, stop 36): it stays 1 MB.
+The main job, ``mjx_py.testspeed`` and ``examples/compare_speed.py`` call it at start (MJX,
+measured in a child process of compare_speed, gets its own variant); library users call it
+themselves, or set the flag in $XLA_FLAGS.
 
 set_cpu_flags also splits the CPU into one XLA device per core (DEVICE_COUNT_FLAG, JAX's
 ``--xla_force_host_platform_device_count``; ``devices=1`` keeps one). A program on one device
