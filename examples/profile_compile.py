@@ -49,7 +49,8 @@ from jax.extend import core as jcore  # noqa: E402
 import mjx_py  # noqa: E402
 from mjx_py import xla  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:   # its sibling script's reader
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from profile_step import hlo_stacks  # noqa: E402
 
 _UNITS = {'s': 1.0, 'ms': 1e-3, 'us': 1e-6, 'min': 60.0}
