@@ -136,10 +136,10 @@ def equations_by_function(jaxpr) -> collections.Counter:
   return counts
 
 
-# the start of an instruction's line in HLO text, up to its shape
-_INSTRUCTION = r'^\s*(?:ROOT )?%?[\w.-]+ = '
-# the same, capturing the instruction's name
+# the start of an instruction's line in HLO text, up to its shape, capturing the name
 _NAMED_INSTRUCTION = r'^\s*(?:ROOT )?%?([\w.-]+) = '
+# the same without the capture (for findall patterns that capture something else)
+_INSTRUCTION = _NAMED_INSTRUCTION.replace('([', '(?:[')
 
 
 def hlo_instructions(text: str) -> int:
