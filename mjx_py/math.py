@@ -7,6 +7,8 @@ its centre of mass. Every function acts on one element; batching is the caller's
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -112,18 +114,83 @@ def _quat_mul_table():
 _QUAT_MUL = _quat_mul_table()
 
 
-def _bilinear(a, b, table):
-  """sum_ij a_i b_j table[4 i + j]: a, b (..., 4), table (16, k) -> (..., k). A bilinear form
-  of two quaternions as one contraction (3 program operations instead of ~30 per form)."""
+def _outer(a, b):
+  """The 16 products a_i b_j (index 4 i + j) of two quaternions: a, b (..., 4) -> (..., 16)."""
   a, b = jnp.broadcast_arrays(a, b)
-  ab = (a[..., :, None] * b[..., None, :]).reshape(a.shape[:-1] + (16,))
+  return (a[..., :, None] * b[..., None, :]).reshape(a.shape[:-1] + (16,))
+
+
+def _contract(ab, table):
+  """sum_k ab_k table[k]: ab (..., 16), table (16, k) -> (..., k), as one dot."""
   return jnp.einsum('...k,kr->...r', ab, jnp.asarray(table, ab.dtype),
                     precision=jax.lax.Precision.HIGHEST)
 
 
-def quat_mul(a, b):
-  """Hamilton product a * b; a, b (..., 4) -> (..., 4)."""
-  return _bilinear(a, b, _QUAT_MUL)
+def _bilinear(a, b, table):
+  """sum_ij a_i b_j table[4 i + j]: a, b (..., 4), table (16, k) -> (..., k). A bilinear form
+  of two quaternions as one contraction (3 program operations instead of ~30 per form)."""
+  return _contract(_outer(a, b), table)
+
+
+def _bilinear_terms(a, b, table):
+  """The same form as _bilinear written term by term: each output the sum of its nonzero
+  products a_i b_j times their coefficients (elementwise operations only, no dot)."""
+  a, b = jnp.broadcast_arrays(a, b)
+  t = np.asarray(table).reshape(4, 4, -1)
+  outs = []
+  for r in range(t.shape[-1]):
+    out = None
+    for i, j in zip(*np.nonzero(t[:, :, r])):
+      c, term = float(t[i, j, r]), a[..., i] * b[..., j]
+      term = term if c == 1 else (-term if c == -1 else c * term)
+      out = term if out is None else out + term
+    outs.append(jnp.zeros(a.shape[:-1], a.dtype) if out is None else out)
+  return jnp.stack(outs, axis=-1)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _bilinear_in_loop(a, b, form):
+  """The bilinear form ``form`` ('mul': quat_mul, 'mat': quat_to_mat) of a and b for use inside
+  a loop: term by term when nothing differentiates it, the contraction under differentiation.
+
+  Why: XLA:CPU compiles a while loop whose buffers are small (mjx_py.xla's threshold) into one
+  kernel, but not a loop that holds a matrix-matrix product, and the contraction is one (a
+  (n, 16) by (16, k) dot). The kinematics' joint loop and tree pass held the step's only such
+  products: with their forms term by term every loop of the humanoid's one-world step compiles
+  to one kernel (59 of 59 instead of 57). Under differentiation the rule below takes the
+  contraction for the value and the derivative, so a gradient's program is the one the
+  contraction gives (term by term, the humanoid's gradient through 100 steps compiled 9-23 s
+  longer in XLA). The value then differs from the undifferentiated one by rounding."""
+  return _bilinear_terms(a, b, _FORMS[form])
+
+
+@functools.partial(_bilinear_in_loop.defjvp, symbolic_zeros=True)
+def _bilinear_in_loop_jvp(form, primals, tangents):
+  a, b = primals
+  da, db = tangents
+  table = _FORMS[form]
+  value = _contract(_outer(a, b), table)
+  # the value restacked output by output: this gives it the batch axis JAX's batching of the
+  # custom function's own value has (without it, the rule's value under vmap of a scan's
+  # linearization came out with its batch axis elsewhere and broke a later broadcast)
+  value = jnp.stack([value[..., r] for r in range(value.shape[-1])], axis=-1)
+  parts = [_outer(da, b) if not _is_zero(da) else None,
+           _outer(a, db) if not _is_zero(db) else None]
+  parts = [x for x in parts if x is not None]
+  if not parts:
+    return value, jnp.zeros_like(value)
+  return value, _contract(sum(parts[1:], parts[0]), table)
+
+
+def _is_zero(t) -> bool:
+  """Whether a custom JVP rule's tangent is a symbolic zero (no derivative flows in)."""
+  return isinstance(t, jax.custom_derivatives.SymbolicZero)
+
+
+def quat_mul(a, b, in_loop: bool = False):
+  """Hamilton product a * b; a, b (..., 4) -> (..., 4). ``in_loop``: term by term unless
+  differentiated, for use inside a loop (see _bilinear_in_loop)."""
+  return _bilinear_in_loop(a, b, 'mul') if in_loop else _bilinear(a, b, _QUAT_MUL)
 
 
 def quat_conj(q):
@@ -148,16 +215,20 @@ def _quat_mat_table():
 
 
 _QUAT_MAT = _quat_mat_table()
+# the forms _bilinear_in_loop takes by name (a hashable static argument)
+_FORMS = {'mul': _QUAT_MUL, 'mat': _QUAT_MAT}
 
 
-def quat_to_mat(q):
-  """3x3 rotation matrix of a unit quaternion (w, x, y, z); q (..., 4) -> (..., 3, 3)."""
-  return _bilinear(q, q, _QUAT_MAT).reshape(q.shape[:-1] + (3, 3))
+def quat_to_mat(q, in_loop: bool = False):
+  """3x3 rotation matrix of a unit quaternion (w, x, y, z); q (..., 4) -> (..., 3, 3).
+  ``in_loop``: as quat_mul's."""
+  form = _bilinear_in_loop(q, q, 'mat') if in_loop else _bilinear(q, q, _QUAT_MAT)
+  return form.reshape(q.shape[:-1] + (3, 3))
 
 
-def rot_vec_quat(v, q):
-  """Rotates vector v by unit quaternion q."""
-  return quat_to_mat(q) @ v
+def rot_vec_quat(v, q, in_loop: bool = False):
+  """Rotates vector v by unit quaternion q. ``in_loop``: as quat_mul's."""
+  return quat_to_mat(q, in_loop) @ v
 
 
 def axis_angle_to_quat(axis, angle):

@@ -41,6 +41,50 @@ def test_quat_to_mat_and_quat_mul_match_mujoco():
                              np.asarray(math.quat_mul(np.broadcast_to(qs[0], qs.shape), qs)))
 
 
+
+def test_quat_forms_in_loop_match_mujoco_and_differentiate():
+  """The term-by-term forms (in_loop=True, for loops: math._bilinear_in_loop) give MuJoCo's
+  values, and under jvp / grad (where they take the contraction) the contraction's derivatives,
+  also under vmap of a scan's linearization (where a custom JVP rule's value once came out
+  with a misplaced batch axis)."""
+  qs = _quats()
+  mats = np.asarray(jax.jit(lambda q: math.quat_to_mat(q, in_loop=True))(qs))
+  prods = np.asarray(jax.jit(lambda a, b: math.quat_mul(a, b, in_loop=True))(qs, qs[::-1]))
+  for q, mat, q2, prod in zip(qs, mats, qs[::-1], prods):
+    ref = np.zeros(9)
+    mujoco.mju_quat2Mat(ref, q)
+    np.testing.assert_allclose(mat.ravel(), ref, rtol=0, atol=1e-15)
+    ref = np.zeros(4)
+    mujoco.mju_mulQuat(ref, q, q2)
+    np.testing.assert_allclose(prod, ref, rtol=0, atol=1e-15)
+  v = np.array([0.3, -1.2, 0.7])
+
+  def chain(qs, in_loop):
+    # a scan over quaternion factors inside a vmap, as the kinematics' joint loop
+    def body(carry, dq):
+      pos, quat = carry
+      quat = math.quat_mul(quat, dq, in_loop)
+      return (pos + math.rot_vec_quat(v, quat, in_loop), quat), None
+
+    def one(q0):
+      return jax.lax.scan(body, (np.zeros(3), q0), qs[:4])[0][0]
+    return jax.vmap(one)(qs)
+
+  value = {k: jax.jit(functools.partial(chain, in_loop=k))(qs) for k in (False, True)}
+  np.testing.assert_allclose(np.asarray(value[True]), np.asarray(value[False]), atol=1e-14)
+  tangent = np.random.default_rng(1).normal(size=qs.shape)
+  jvps = {k: jax.jit(lambda q, t, k=k: jax.jvp(lambda q: chain(q, k), (q,), (t,)))(qs, tangent)
+          for k in (False, True)}
+  for a, b in zip(jvps[True], jvps[False]):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-13)
+  grads = {k: jax.jit(jax.grad(lambda q, k=k: (chain(q, k) ** 2).sum()))(qs)
+           for k in (False, True)}
+  np.testing.assert_allclose(np.asarray(grads[True]), np.asarray(grads[False]), atol=1e-12)
+  # a derivative with respect to one factor only (the other's tangent a symbolic zero)
+  g = jax.grad(lambda a: math.quat_mul(a, qs[1], in_loop=True)[2])(qs[0])
+  np.testing.assert_allclose(np.asarray(g), np.asarray(
+      jax.grad(lambda a: math.quat_mul(a, qs[1])[2])(qs[0])), atol=1e-15)
+
 def test_mul_inert_vec_is_the_spatial_inertia():
   """cinert (I (6), m c (3), m) acting on (angular, linear) motion: [[I, [mc]x], [-[mc]x, m]]
   (MuJoCo's mju_mulInertVec)."""
