@@ -25,10 +25,11 @@ def _quats(n=50, seed=0):
   return np.concatenate([q, [[1.0, 0, 0, 0], [0, 1.0, 0, 0], [0.5, -0.5, 0.5, -0.5]]])
 
 
-def test_quat_to_mat_and_quat_mul_match_mujoco():
-  qs = _quats()
-  mats = np.asarray(jax.jit(math.quat_to_mat)(qs))          # batched (..., 4) input
-  prods = np.asarray(jax.jit(math.quat_mul)(qs, qs[::-1]))
+def _assert_forms_match_mujoco(qs, in_loop: bool):
+  """quat_to_mat(q) and quat_mul(q, q2) (jitted over the batch qs, ``in_loop`` as given)
+  against mju_quat2Mat and mju_mulQuat, to 1e-15."""
+  mats = np.asarray(jax.jit(lambda q: math.quat_to_mat(q, in_loop))(qs))
+  prods = np.asarray(jax.jit(lambda a, b: math.quat_mul(a, b, in_loop))(qs, qs[::-1]))
   for q, mat, q2, prod in zip(qs, mats, qs[::-1], prods):
     ref = np.zeros(9)
     mujoco.mju_quat2Mat(ref, q)
@@ -36,10 +37,14 @@ def test_quat_to_mat_and_quat_mul_match_mujoco():
     ref = np.zeros(4)
     mujoco.mju_mulQuat(ref, q, q2)
     np.testing.assert_allclose(prod, ref, rtol=0, atol=1e-15)
+
+
+def test_quat_to_mat_and_quat_mul_match_mujoco():
+  qs = _quats()
+  _assert_forms_match_mujoco(qs, in_loop=False)
   # broadcasting a single quaternion against a batch, as callers do
   np.testing.assert_allclose(np.asarray(math.quat_mul(qs[0], qs)),
                              np.asarray(math.quat_mul(np.broadcast_to(qs[0], qs.shape), qs)))
-
 
 
 def test_quat_forms_in_loop_match_mujoco_and_differentiate():
@@ -48,15 +53,7 @@ def test_quat_forms_in_loop_match_mujoco_and_differentiate():
   also under vmap of a scan's linearization (where a custom JVP rule's value once came out
   with a misplaced batch axis)."""
   qs = _quats()
-  mats = np.asarray(jax.jit(lambda q: math.quat_to_mat(q, in_loop=True))(qs))
-  prods = np.asarray(jax.jit(lambda a, b: math.quat_mul(a, b, in_loop=True))(qs, qs[::-1]))
-  for q, mat, q2, prod in zip(qs, mats, qs[::-1], prods):
-    ref = np.zeros(9)
-    mujoco.mju_quat2Mat(ref, q)
-    np.testing.assert_allclose(mat.ravel(), ref, rtol=0, atol=1e-15)
-    ref = np.zeros(4)
-    mujoco.mju_mulQuat(ref, q, q2)
-    np.testing.assert_allclose(prod, ref, rtol=0, atol=1e-15)
+  _assert_forms_match_mujoco(qs, in_loop=True)
   v = np.array([0.3, -1.2, 0.7])
 
   def chain(qs, in_loop):
