@@ -161,6 +161,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 
 from . import dual, linalg
 from .batching import per_world
@@ -235,6 +236,12 @@ class _Problem(NamedTuple):
 
 # ---------------------------------------------------------------------------------------------
 # Setup
+
+# the name (jax.ad_checkpoint.checkpoint_name) of the solver's solution (qacc*, forces, active
+# set) that a rematerialized step keeps (mjx_py.rollout's remat); outside jax.checkpoint it
+# changes nothing
+CHECKPOINT_NAME = 'mjx_py.solver'
+
 
 def _cone_width(m) -> int:
   """Rows per elliptic cone that the model can produce (0: no elliptic cones)."""
@@ -1254,9 +1261,11 @@ def solve_info(m, d):
                                     H=jnp.where(inside, val, 0.0).astype(contact.H.dtype))
 
   # implicit differentiation at the optimum, active set of the primal update at qacc* frozen
-  # (values unchanged, see the module docstring)
-  qacc = _implicit(*_split(p), qstar, up.state)
-  force = _force_at(*_split(p), qacc, up.state, fstar)
+  # (values unchanged, see the module docstring); the solution named for rollout's remat, whose
+  # backward pass then finds it saved and runs no iterations again
+  qstar, fstar, astate = checkpoint_name((qstar, fstar, up.state), CHECKPOINT_NAME)
+  qacc = _implicit(*_split(p), qstar, astate)
+  force = _force_at(*_split(p), qacc, astate, fstar)
   # MuJoCo's mj_fwdConstraint saves the main solver's solution as the next warm start
   qacc_warmstart = lax.stop_gradient(qacc)
 

@@ -155,18 +155,21 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
 
 
 def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
-              compiler_options: dict | None = None):
+              compiler_options: dict | None = None, remat: bool = False):
   """One world, ``nstep`` steps of random controls (mjx_py.rollout); the loss is the squared final
   qpos, differentiated (jax.grad, reverse mode) with respect to the initial qvel and the control
   sequence. Returns (compile s of the jitted step, compile s of the jitted gradient, seconds
   per forward rollout, seconds per gradient), the runs timed after a warm-up call.
-  ``compiler_options``: XLA options of the three compiles (e.g. mjx_py.FAST_COMPILE)."""
+  ``compiler_options``: XLA options of the three compiles (e.g. mjx_py.FAST_COMPILE);
+  ``remat``: mjx_py.rollout's remat (each step recomputed in the backward pass). Also returns
+  the gradient program's temporary buffers in MB (XLA's memory analysis; None where the
+  backend gives none)."""
   from mjx_py.forward import step
   from mjx_py.rollout import rollout as run
   m, d0, ctrl = model_and_controls(xml, (nstep,), seed, base_dir)
 
   def rollout(qvel, ctrls):
-    d = run(m, d0.__class__(**{**vars(d0), 'qvel': qvel}), ctrls)[0]
+    d = run(m, d0.__class__(**{**vars(d0), 'qvel': qvel}), ctrls, remat=remat)[0]
     return jnp.sum(d.qpos ** 2)
 
   t0 = time.perf_counter()
@@ -185,7 +188,14 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
       jax.block_until_ready(fn(d0.qvel, ctrl))
     return (time.perf_counter() - t0) / reps
 
-  return step_compile, grad_compile, timed(fwd), timed(grad)
+  return step_compile, grad_compile, timed(fwd), timed(grad), _temp_mb(grad)
+
+
+def _temp_mb(compiled):
+  """A compiled program's temporary buffers (MB), or None where XLA gives no analysis."""
+  analysis = compiled.memory_analysis()
+  size = getattr(analysis, 'temp_size_in_bytes', None) if analysis is not None else None
+  return None if size is None else size / 1e6
 
 
 def main(argv=None) -> int:
@@ -199,6 +209,9 @@ def main(argv=None) -> int:
                       help='also time jax.grad through NSTEP steps of one world (compile time '
                            'of step and of the gradient, and the gradient\'s cost against the '
                            'forward rollout)')
+  parser.add_argument('--remat', action='store_true',
+                      help='with --grad: recompute each step in the backward pass '
+                           '(mjx_py.rollout remat=True)')
   parser.add_argument('--fast-compile', action='store_true',
                       help='compile with mjx_py.FAST_COMPILE (XLA:CPU classic emitters; the '
                            'default, kept for older command lines)')
@@ -225,10 +238,12 @@ def main(argv=None) -> int:
                           compiler_options=opts, repeat=args.repeat, nconmax=args.nconmax)
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
   if args.grad:
-    cs, cg, tf, tg = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model),
-                               compiler_options=opts)
-    print(f'grad through {args.grad} steps: step compile {cs:.2f} s, grad compile {cg:.2f} s, '
-          f'forward {tf * 1e3:.1f} ms, grad {tg * 1e3:.1f} ms ({tg / tf:.2f}x the forward)')
+    cs, cg, tf, tg, temp = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model),
+                                     compiler_options=opts, remat=args.remat)
+    temp = '' if temp is None else f', temporary buffers {temp:.1f} MB'
+    print(f'grad through {args.grad} steps{" (remat)" if args.remat else ""}: step compile '
+          f'{cs:.2f} s, grad compile {cg:.2f} s, forward {tf * 1e3:.1f} ms, grad '
+          f'{tg * 1e3:.1f} ms ({tg / tf:.2f}x the forward){temp}')
   print(f'peak RSS {peak_rss_mb():.0f} MB')
   return 0
 
