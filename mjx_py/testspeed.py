@@ -159,11 +159,11 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
   """One world, ``nstep`` steps of random controls (mjx_py.rollout); the loss is the squared final
   qpos, differentiated (jax.grad, reverse mode) with respect to the initial qvel and the control
   sequence. Returns (compile s of the jitted step, compile s of the jitted gradient, seconds
-  per forward rollout, seconds per gradient), the runs timed after a warm-up call.
-  ``compiler_options``: XLA options of the three compiles (e.g. mjx_py.FAST_COMPILE);
-  ``remat``: mjx_py.rollout's remat (each step recomputed in the backward pass). Also returns
-  the gradient program's temporary buffers in MB (XLA's memory analysis; None where the
-  backend gives none)."""
+  per forward rollout, seconds per gradient, the gradient program's temporary buffers in MB
+  from XLA's memory analysis or None where the backend gives none), the runs timed after a
+  warm-up call. ``compiler_options``: XLA options of the three compiles (e.g.
+  mjx_py.FAST_COMPILE); ``remat``: mjx_py.rollout's remat (each step recomputed in the backward
+  pass)."""
   from mjx_py.forward import step
   from mjx_py.rollout import rollout as run
   m, d0, ctrl = model_and_controls(xml, (nstep,), seed, base_dir)
