@@ -43,6 +43,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
+from oracle import RUN_OPTIMIZED
 
 from mjx_py import math as mjmath
 from mjx_py.collision import convex, primitive
@@ -279,7 +280,8 @@ def _collide_all(kind1, kind2, pos1, mat1, size1, pos2, mat2, size2, margin, ver
 # classic ones (compile time only; compile_options() is None where the option does not exist or
 # off CPU)
 _FAST = compile_options()
-_COLLIDE = jax.jit(jax.vmap(_collide_all), compiler_options=_FAST)
+# the search over every case of every pair, with LLVM's optimizations on (RUN_OPTIMIZED)
+_COLLIDE = jax.jit(jax.vmap(_collide_all), compiler_options={**(_FAST or {}), **RUN_OPTIMIZED})
 
 
 @pytest.fixture(scope='module')
@@ -455,10 +457,11 @@ def test_plane_ellipsoid():
   cases = _plane_cases(m, d, ELLIPSOID, np.random.default_rng(3))
   inputs, refs = zip(*[_mujoco(m, d, c) for c in cases])
   batch = [np.stack(x) for x in zip(*[i[:7] for i in inputs])]
-  out = jax.jit(jax.vmap(convex.plane_ellipsoid))(*batch)
+  out = jax.tree_util.tree_map(np.asarray, jax.jit(jax.vmap(convex.plane_ellipsoid))(*batch))
+  frame = np.asarray(out.frame)                # formed once (a property computed in JAX)
   ncon = 0
   for k, ref in enumerate(refs):
-    ours = [(out.dist[k, 0], out.pos[k, 0], out.frame[k, 0, 0])] if out.valid[k, 0] else []
+    ours = [(out.dist[k, 0], out.pos[k, 0], frame[k, 0, 0])] if out.valid[k, 0] else []
     err = _match_in_order(ours, ref, 1e-9)
     assert err is not None and err < 1e-9, (k, ours, ref)
     ncon += len(ref)
@@ -500,11 +503,14 @@ def test_plane_mesh(mesh):
   def run(*a, neighbors2=None):
     return convex.plane_mesh(*a, neighbors2=neighbors2)
 
-  out = jax.jit(jax.vmap(lambda *a: run(*a, neighbors2=neighbors)))(*batch)
-  free = jax.jit(jax.vmap(run))(*batch)
+  # numpy copies: the loops below index them entry by entry
+  out, free = jax.tree_util.tree_map(np.asarray, (
+      jax.jit(jax.vmap(lambda *a: run(*a, neighbors2=neighbors)))(*batch),
+      jax.jit(jax.vmap(run))(*batch)))
+  frame, free_frame = np.asarray(out.frame), np.asarray(free.frame)   # formed once each
   counts = collections.Counter()
   for k, ref in enumerate(refs):
-    ours = [(out.dist[k, i], out.pos[k, i], out.frame[k, i, 0]) for i in range(3)
+    ours = [(out.dist[k, i], out.pos[k, i], frame[k, i, 0]) for i in range(3)
             if out.valid[k, i]]
     err = _match_in_order(ours, ref, 1e-9)
     assert err is not None and err < 1e-9, (k, ours, ref)
@@ -514,7 +520,7 @@ def test_plane_mesh(mesh):
       assert abs(free.dist[k, 0] - ref[0][0]) < 1e-12
       for i in np.nonzero(np.asarray(free.valid[k]))[0][1:]:
         assert free.dist[k, i] <= inputs[k][6] + 1e-12
-        vertex = free.pos[k, i] + free.frame[k, i, 0] * (0.5 * free.dist[k, i])
+        vertex = free.pos[k, i] + free_frame[k, i, 0] * (0.5 * free.dist[k, i])
         assert np.linalg.norm(vertex - free.pos[k, 0]) >= 0.3 * rbound - 1e-12
   assert counts[3] >= 10 and counts[1] + counts[2] >= 10, counts
   # the default rbound is MuJoCo's geom_rbound of the mesh

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
-from oracle import ROOT
+from oracle import ROOT, RUN_OPTIMIZED
 
 import mjx_py
 from mjx_py.collision.driver import collision
@@ -38,7 +38,7 @@ from mjx_py.mjcf import compile_file, compile_string
 
 SCENE = os.path.join(ROOT, 'tests', 'models', 'scenes', 'hfield_collision.xml')
 SMOOTH = {'sphere', 'capsule', 'ellipsoid', 'cylinder'}
-_collision = jax.jit(collision)
+_collision = jax.jit(collision, compiler_options=RUN_OPTIMIZED)   # 40 states' searches
 
 
 @pytest.fixture(scope='module')
