@@ -67,12 +67,14 @@ def _settle(m, d, n=50):
   return _rollout(m, d, jnp.zeros((n, m.nu)))
 
 
-def _losses(m, d0, body):
-  """Loss functions of (qvel0, ctrls, friction, mass): the final x + z of ``body``."""
+def _losses(m, d0, body, aux=False):
+  """Loss functions of (qvel0, ctrls, friction, mass): the final x + z of ``body``; with aux,
+  (that loss, the final ncon and height of ``body``), for jax.grad's has_aux."""
   def run(qvel, ctrls, friction, mass):
     mm = dataclasses.replace(m, geom_friction=friction, body_mass=mass)
     d = _rollout(mm, dataclasses.replace(d0, qvel=qvel), ctrls)
-    return d.xpos[body, 0] + d.xpos[body, 2]
+    loss = d.xpos[body, 0] + d.xpos[body, 2]
+    return (loss, (d.ncon, d.xpos[body, 2])) if aux else loss
   return run
 
 
@@ -101,20 +103,21 @@ def _check_fd(f, args, probes, rtol=1e-2):
 
 
 def _finite(f, args, optimized=False):
-  """jax.grad of f at args, asserted finite. optimized: compile with LLVM's optimizations on and
-  XLA:CPU's default fusion emitters, as users run it (tests/conftest.py turns both off for the
-  session); float32 rounding differs between the builds (fused multiply-adds), and so do the
-  configurations reached."""
-  grad = jax.jit(jax.grad(f, argnums=(0, 1, 2, 3)))
+  """jax.grad of f at args, asserted finite; f returns (loss, aux) (_losses with aux=True), and
+  so does this (the gradients, aux: the final state seen by the same program). optimized:
+  compile with LLVM's optimizations on and XLA:CPU's default fusion emitters, as users run it
+  (tests/conftest.py turns both off for the session); float32 rounding differs between the
+  builds (fused multiply-adds), and so do the configurations reached."""
+  grad = jax.jit(jax.grad(f, argnums=(0, 1, 2, 3), has_aux=True))
   if optimized:
     options = {'xla_backend_optimization_level': 2}
     if fast_compile_supported():           # an XLA:CPU with both emitters: the default ones
       options['xla_cpu_use_fusion_emitters'] = True
     grad = grad.lower(*args).compile(options)
-  grads = grad(*args)
+  grads, aux = grad(*args)
   for g in grads:
     assert np.all(np.isfinite(np.asarray(g)))
-  return grads
+  return grads, aux
 
 
 def test_box_sliding_matches_finite_differences():
@@ -132,7 +135,7 @@ def test_box_sliding_matches_finite_differences():
 def test_box_sliding_float32_finite():
   m = mjx_py.from_xml_string(BOX.format(dt=0.002))
   d0 = dataclasses.replace(_settle(m, mjx_py.make_data(m)), qvel=jnp.array([1.5, 0.0]))
-  _finite(_losses(m, d0, 1), _args(m, d0, 2.0))
+  _finite(_losses(m, d0, 1, aux=True), _args(m, d0, 2.0))
 
 
 def test_ball_contact_free_matches_finite_differences_and_bounce_is_finite():
@@ -142,9 +145,8 @@ def test_ball_contact_free_matches_finite_differences_and_bounce_is_finite():
     _check_fd(_losses(m, d0, 1), _args(m, d0, 0.0), [(0, 0, 1e-5), (0, 2, 1e-5)])
   m = mjx_py.from_xml_string(BALL.format(dt=0.01, z=0.5))
   d0 = dataclasses.replace(mjx_py.make_data(m), qvel=jnp.array([0.3, 0, 0.5, 0, 0, 0.0]))
-  d = _rollout(m, d0, jnp.zeros((NSTEP, 0)))
-  assert float(d.xpos[1, 2]) < 0.5              # it bounced (or came to rest) on the floor
-  _finite(_losses(m, d0, 1), _args(m, d0, 0.0))
+  _, (_, z) = _finite(_losses(m, d0, 1, aux=True), _args(m, d0, 0.0))
+  assert float(z) < 0.5                         # it bounced (or came to rest) on the floor
 
 
 # The gripper closes on the box and lifts (its fingers are capsules along the box's edges: the
@@ -157,7 +159,6 @@ def test_float32_gradients_are_finite(path, body, ctrl):
   d0 = mjx_py.make_data(m)
   if m.nkey:
     d0 = mjx_py.reset_data(m, d0, 0)
-  d = _rollout(m, d0, jnp.zeros((NSTEP, m.nu)))
-  assert int(d.ncon) > 0                       # the segment has contacts
-  grads = _finite(_losses(m, d0, body), _args(m, d0, ctrl), optimized=True)
+  grads, (ncon, _) = _finite(_losses(m, d0, body, aux=True), _args(m, d0, ctrl), optimized=True)
+  assert int(ncon) > 0                         # the segment ends in contact
   assert np.any(np.asarray(grads[1]) != 0)     # the controls move the body

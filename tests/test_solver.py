@@ -448,65 +448,68 @@ def test_row_buckets_give_the_iterates_of_all_rows(monkeypatch):
   """The primal iterations' row work runs on the first k rows for the smallest k of
   row_buckets(N) that every world of the batch (or of a CPU chunk) fits, else on all N rows
   (solver._on_rows). On the box stack (elliptic cones; buckets of 32 and 64 of its 234 rows),
-  settled: with every body but the base lifted clear it uses 12 rows (the small bucket), with
-  the lowest three bodies left in place 51 (the large bucket), as it rests 108 (all rows). A
-  world solved alone, beside a world of the next size and beside a world over every bucket
-  gets the same solution and iteration count, and so does every world of a batch run in
-  chunks of 2 worlds whose buckets differ chunk by chunk (a chunk gathers the large bucket's
-  rows of J; a chunk over it gathers all rows in its row work). (The Newton Hessian sums
-  blocks of solver.ROW_BLOCK rows in every case, the 234 rows' last block clamped.)"""
-  m = mjx_py.from_xml_path(os.path.join(ROOT, 'models', 'box_stack.xml'))
+  settled by MuJoCo, then given random velocities: with every body but the base lifted clear it
+  uses 12 rows (the small bucket), with the lowest three bodies left in place 51 (the large
+  bucket), as it rests 108 (all rows). A world solved alone, beside a world of the next size
+  and beside a world over every bucket gets MuJoCo's solution, constraint states and iteration
+  count (_compare), the same in every batch, and so does every world of a batch run in chunks
+  of 2 worlds whose buckets differ chunk by chunk (a chunk gathers the large bucket's rows of
+  J; a chunk over it gathers all rows in its row work). (The Newton Hessian sums blocks of
+  solver.ROW_BLOCK rows in every case, the 234 rows' last block clamped.) The states are
+  MuJoCo's (the module's other cases' way), so that no step or forward pass is compiled."""
+  m, mj = _models(BOX, NEWTON_ELLIPTIC)
   sizes = solver.row_buckets(m.nefc_max)
   assert sizes == (32, 64) and solver.row_bucket(m.nefc_max) == 64
-  step = jax.jit(mjx_py.step)
-  fwd = jax.jit(mjx_py.forward)
-  d = mjx_py.make_data(m)
+  md = mujoco.MjData(mj)
   for _ in range(100):                         # settled: every body rests on another
-    d = step(m, d)
+    mujoco.mj_step(mj, md)
+
+  # random velocities within +-1, so that each solve takes several iterations (MuJoCo: 5, 7
+  # and 9 for the three states below)
+  qvel = md.qvel + np.random.default_rng(0).uniform(-1, 1, mj.nv)
 
   def lifted(k):
-    # the free bodies from the k-th on lifted clear of the stack and of each other
-    qpos = np.array(d.qpos)
-    for j in range(k, m.njnt):
-      qpos[m.jnt_qposadr[j] + 2] += 1.0 * j
-    return fwd(m, dataclasses.replace(d, qpos=jnp.asarray(qpos)))
+    # MuJoCo's mj_forward with the free bodies from the k-th on lifted clear of the stack and
+    # of each other (the settled warm start)
+    out = mujoco.MjData(mj)
+    out.qpos[:], out.qvel[:] = md.qpos, qvel
+    for j in range(k, mj.njnt):
+      out.qpos[mj.jnt_qposadr[j] + 2] += 1.0 * j
+    return _forward_from(mj, out, md.qacc_warmstart.copy()), md.qacc_warmstart.copy()
 
-  low, mid, big = lifted(1), lifted(3), fwd(m, d)
-  assert 0 < int(low.nefc) <= sizes[0] < int(mid.nefc) <= sizes[1] < int(big.nefc)
-  solve = jax.jit(jax.vmap(lambda d: solver.solve_info(m, d)))
+  states = {'low': lifted(1), 'mid': lifted(3), 'big': lifted(mj.njnt)}
+  low, mid, big = (states[k][0].nefc for k in ('low', 'mid', 'big'))
+  assert 0 < low <= sizes[0] < mid <= sizes[1] < big
+  assert min(states[k][0].solver_niter[0] for k in states) > 3
+  base = _base(m)
+  worlds = {k: _world(m, mj, md, warm, base) for k, (md, warm) in states.items()}
 
-  def batch(*ds):
-    return jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ds)
+  def batch(*names):
+    return jax.tree_util.tree_map(lambda *x: np.stack(x), *[worlds[k] for k in names])
 
+  def check(names, out, sol, label):
+    # every world against MuJoCo, and against the same world in the batches before
+    for i, name in enumerate(names):
+      o, s = _pick(out, i), _pick(sol, i)
+      _compare(m, mj, states[name][0], o, s, f'{label} world {i} ({name})')
+      if name in first:
+        o0, s0 = first[name]
+        np.testing.assert_allclose(o.qacc, o0.qacc, rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(s.efc_state, s0.efc_state)
+        assert int(s.solver_niter) == int(s0.solver_niter)
+      else:
+        first[name] = o, s
+
+  first = {}
   # batches of three (one compile): low alone, beside mid, beside mid and big
-  runs = {'alone': solve(batch(low, low, low)), 'mid': solve(batch(low, mid, mid)),
-          'all': solve(batch(low, mid, big))}
-  for i, first in ((0, 'alone'), (1, 'mid')):      # low in every run, mid in the last two
-    out0, sol0 = runs[first]
-    for name, (out, sol) in runs.items():
-      if name == 'alone' and i:
-        continue
-      np.testing.assert_allclose(out.qacc[i], out0.qacc[i], rtol=1e-9, atol=1e-9)
-      np.testing.assert_allclose(sol.efc_force[i], sol0.efc_force[i], rtol=1e-9, atol=1e-9)
-      np.testing.assert_array_equal(sol.efc_state[i], sol0.efc_state[i])
-      assert int(sol.solver_niter[i]) == int(sol0.solver_niter[i])
-  # and the bucketed solves are the forward pass's own (the step's path for those worlds)
-  np.testing.assert_allclose(runs['alone'][0].qacc[0], low.qacc, rtol=1e-9, atol=1e-9)
-  np.testing.assert_allclose(runs['mid'][0].qacc[1], mid.qacc, rtol=1e-9, atol=1e-9)
+  solve = jax.jit(jax.vmap(lambda d: _rows_solve(m, d)))
+  for names in (('low',) * 3, ('low', 'mid', 'mid'), ('low', 'mid', 'big')):
+    check(names, *jax.device_get(solve(batch(*names))), str(names))
   # chunks of 2: (low, low) small bucket, (mid, low) large, (big, low) all rows, (mid, mid)
   monkeypatch.setattr(solver, 'CPU_CHUNK', 2)
-  worlds = (low, low, mid, low, big, low, mid, mid)
-  out, sol = jax.jit(jax.vmap(lambda d: solver.solve_info(m, d)))(batch(*worlds))
-  whole = {'low': runs['alone'], 'mid': runs['all'], 'big': runs['all']}
-  slot = {'low': 0, 'mid': 1, 'big': 2}
-  for i, w in enumerate(worlds):
-    name = 'low' if w is low else 'mid' if w is mid else 'big'
-    out0, sol0 = whole[name]
-    j = slot[name]
-    np.testing.assert_allclose(out.qacc[i], out0.qacc[j], rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(sol.efc_force[i], sol0.efc_force[j], rtol=1e-9, atol=1e-9)
-    np.testing.assert_array_equal(sol.efc_state[i], sol0.efc_state[j])
-    assert int(sol.solver_niter[i]) == int(sol0.solver_niter[j])
+  names = ('low', 'low', 'mid', 'low', 'big', 'low', 'mid', 'mid')
+  check(names, *jax.device_get(jax.jit(jax.vmap(lambda d: _rows_solve(m, d)))(batch(*names))),
+        'chunks of 2')
 
 
 @pytest.mark.parametrize('n, last', [(4 * solver.ROW_BLOCK, 3), (4 * solver.ROW_BLOCK - 3, 4)])
