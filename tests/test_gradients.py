@@ -19,6 +19,7 @@ import os
 
 import jax
 import jax.numpy as jnp
+import mujoco
 import numpy as np
 import pytest
 from oracle import ROOT
@@ -62,9 +63,19 @@ def _rollout(m, d, ctrls):
   return jax.lax.scan(body, d, ctrls)[0]
 
 
-def _settle(m, d, n=50):
-  """The state after n steps at zero control (the box's contacts settle)."""
-  return _rollout(m, d, jnp.zeros((n, m.nu)))
+def _settle(m, xml, n=50):
+  """Our Data at MuJoCo's state after n mj_steps at zero control (the box's contacts settle):
+  qpos, qvel, the warm start and time, which is all a step reads of it (no forward rollout
+  compiled for it)."""
+  mj = mujoco.MjModel.from_xml_string(xml)
+  md = mujoco.MjData(mj)
+  for _ in range(n):
+    mujoco.mj_step(mj, md)
+  d = mjx_py.make_data(m)
+  def put(x):
+    return jnp.asarray(x, d.qpos.dtype)
+  return dataclasses.replace(d, qpos=put(md.qpos), qvel=put(md.qvel),
+                             qacc_warmstart=put(md.qacc_warmstart), time=put(md.time))
 
 
 def _losses(m, d0, body, aux=False):
@@ -122,8 +133,9 @@ def _finite(f, args, optimized=False):
 
 def test_box_sliding_matches_finite_differences():
   with jax.enable_x64(True):
-    m = mjx_py.from_xml_string(BOX.format(dt=0.002))
-    d0 = dataclasses.replace(_settle(m, mjx_py.make_data(m)), qvel=jnp.array([1.5, 0.0]))
+    xml = BOX.format(dt=0.002)
+    m = mjx_py.from_xml_string(xml)
+    d0 = dataclasses.replace(_settle(m, xml), qvel=jnp.array([1.5, 0.0]))
     f = _losses(m, d0, 1)
     box = 1                                     # geom id of the box
     # qvel_x, the control at step 10, the box's sliding friction, the box's mass
@@ -133,8 +145,9 @@ def test_box_sliding_matches_finite_differences():
 
 
 def test_box_sliding_float32_finite():
-  m = mjx_py.from_xml_string(BOX.format(dt=0.002))
-  d0 = dataclasses.replace(_settle(m, mjx_py.make_data(m)), qvel=jnp.array([1.5, 0.0]))
+  xml = BOX.format(dt=0.002)
+  m = mjx_py.from_xml_string(xml)
+  d0 = dataclasses.replace(_settle(m, xml), qvel=jnp.array([1.5, 0.0]))
   _finite(_losses(m, d0, 1, aux=True), _args(m, d0, 2.0))
 
 
