@@ -475,17 +475,16 @@ def test_row_buckets_give_the_iterates_of_all_rows(monkeypatch):
     out.qpos[:], out.qvel[:] = md.qpos, qvel
     for j in range(k, mj.njnt):
       out.qpos[mj.jnt_qposadr[j] + 2] += 1.0 * j
-    return _forward_from(mj, out, md.qacc_warmstart.copy()), md.qacc_warmstart.copy()
+    warm = md.qacc_warmstart.copy()
+    return _forward_from(mj, out, warm), warm
 
   states = {'low': lifted(1), 'mid': lifted(3), 'big': lifted(mj.njnt)}
   low, mid, big = (states[k][0].nefc for k in ('low', 'mid', 'big'))
   assert 0 < low <= sizes[0] < mid <= sizes[1] < big
   assert min(states[k][0].solver_niter[0] for k in states) > 3
-  base = _base(m)
-  worlds = {k: _world(m, mj, md, warm, base) for k, (md, warm) in states.items()}
 
   def batch(*names):
-    return jax.tree_util.tree_map(lambda *x: np.stack(x), *[worlds[k] for k in names])
+    return _batch(m, mj, [states[k] for k in names])
 
   def check(names, out, sol, label):
     # every world against MuJoCo, and against the same world in the batches before
