@@ -240,9 +240,10 @@ def main():
 
   jitted = jax.jit(fn)
   t0 = time.perf_counter()
-  traced = jitted.trace(arg)
-  t1 = time.perf_counter()
-  lowered = traced.lower()
+  with mjx_py.xla.gc_paused():    # as the main job traces and lowers
+    traced = jitted.trace(arg)
+    t1 = time.perf_counter()
+    lowered = traced.lower()
   t2 = time.perf_counter()
   with _Stderr() if _XLA_LOG else contextlib.nullcontext() as err:
     compiled = lowered.compile(options)

@@ -107,7 +107,8 @@ def fit(residuals, log_params, iters: int, report):
     return residuals(p), jax.jacfwd(residuals)(p)
 
   t0 = time.perf_counter()
-  compiled = linearize.lower(log_params).compile()
+  with mjx_py.xla.gc_paused():
+    compiled = linearize.lower(log_params).compile()
   compile_s = time.perf_counter() - t0
   damping = 1e-3
   t0 = time.perf_counter()

@@ -56,7 +56,8 @@ def adam(loss, params, iters: int, lr: float, report):
 
   zero = jnp.zeros_like(params)
   t0 = time.perf_counter()
-  compiled = update.lower(params, zero, zero, 1.0).compile()
+  with mjx_py.xla.gc_paused():
+    compiled = update.lower(params, zero, zero, 1.0).compile()
   compile_s = time.perf_counter() - t0
   mom = var = zero
   t0 = time.perf_counter()

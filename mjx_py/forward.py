@@ -40,7 +40,7 @@ from . import (
   transmission,
   velocity,
 )
-from .xla import full_precision
+from .xla import full_precision, gc_paused
 
 DSBL_CONSTRAINT, DSBL_EQUALITY, DSBL_FRICTIONLOSS, DSBL_LIMIT, DSBL_CONTACT = 1, 2, 4, 8, 16
 EULER, RK4, IMPLICIT, IMPLICITFAST = 0, 1, 2, 3
@@ -87,6 +87,7 @@ def fwd_constraint(m, d):
   return solver.solve(m, d)
 
 
+@gc_paused()
 @full_precision
 def forward(m, d, *, skipsensor=False):
   """Forward dynamics (mj_forward): every derived quantity of the current state.
@@ -127,6 +128,7 @@ def sensors(m, d):
   return sensor.sensor_acc(m, d)
 
 
+@gc_paused()
 @full_precision
 def step(m, d):
   """One simulation step (mj_step): the qpos / qvel checks, forward dynamics, the qacc check,

@@ -55,6 +55,7 @@ from jax import lax
 
 from .forward import step
 from .solver import CHECKPOINT_NAME
+from .xla import gc_paused
 
 # the Data fields MuJoCo's user inputs consist of (mjSTATE_USER without userdata)
 INPUT_FIELDS = ('ctrl', 'qfrc_applied', 'xfrc_applied', 'mocap_pos', 'mocap_quat',
@@ -116,6 +117,7 @@ def _with_seed(d, seed):
   return jax.tree_util.tree_map(one, d)
 
 
+@gc_paused()
 def rollout(m, d, ctrl=None, *, nstep=None, inputs=None, record=None, remat=False):
   """``nstep`` steps of ``step(m, d)`` in a lax.scan; see the module docstring for the
   arguments and shapes (``remat``: under reverse-mode differentiation, recompute each step

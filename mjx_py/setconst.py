@@ -86,7 +86,7 @@ from .data import make_data
 from .errors import NotSupportedError
 from .mjcf import compile as mjcf_compile
 from .sensor import OBJ_BODY
-from .xla import full_precision
+from .xla import full_precision, gc_paused
 
 FREE, BALL, SLIDE, HINGE = 0, 1, 2, 3
 # The Model fields set_const writes (mjx_py.model_axes names): the out_axes of a vmap that
@@ -262,6 +262,7 @@ def _statistics(m, d, qm):
                              meansize=meansize, extent=extent, center=center)
 
 
+@gc_paused()
 @full_precision
 def set_const(m, from_geoms: bool = False):
   """Recomputes the qpos0-dependent constants of ``m`` (MuJoCo's mj_setConst); see the module

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mjx_py.xla import gc_paused
+
 
 def peak_rss_mb() -> float:
   """This process's peak resident memory (MB)."""
@@ -148,7 +150,8 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
   fn, place, _ = per_device(batched_rollout(m), batch, in_axes=(0, 1))
   dbatch, ctrl = place(broadcast_batch(d0, batch)), place(ctrl, axis=1)
   t0 = time.perf_counter()
-  fn = jax.jit(fn).lower(dbatch, ctrl).compile(compiler_options=compiler_options)
+  with gc_paused():
+    fn = jax.jit(fn).lower(dbatch, ctrl).compile(compiler_options=compiler_options)
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(fn(dbatch, ctrl))
   return compile_s, batch * nstep / best_time(lambda: fn(dbatch, ctrl), repeat)
@@ -174,11 +177,14 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
 
   t0 = time.perf_counter()
   opts = dict(compiler_options=compiler_options)
-  jax.jit(step).lower(m, d0).compile(**opts)
+  with gc_paused():
+    jax.jit(step).lower(m, d0).compile(**opts)
   step_compile = time.perf_counter() - t0
-  fwd = jax.jit(rollout).lower(d0.qvel, ctrl).compile(**opts)
+  with gc_paused():
+    fwd = jax.jit(rollout).lower(d0.qvel, ctrl).compile(**opts)
   t0 = time.perf_counter()
-  grad = jax.jit(jax.grad(rollout, argnums=(0, 1))).lower(d0.qvel, ctrl).compile(**opts)
+  with gc_paused():
+    grad = jax.jit(jax.grad(rollout, argnums=(0, 1))).lower(d0.qvel, ctrl).compile(**opts)
   grad_compile = time.perf_counter() - t0
 
   def timed(fn, reps=3):

@@ -189,6 +189,66 @@ def test_set_cpu_flags(monkeypatch):
   assert not set_cpu_flags() and os.environ['XLA_FLAGS'] == own
 
 
+def test_gc_paused(monkeypatch):
+  """mjx_py.xla.gc_paused: nested and failing uses restore the collector once, after the
+  outermost; a collector the caller disabled stays disabled. Tracing step, forward and rollout
+  (with a collection threshold of 50 allocations) runs a few collections, outside their
+  calls, where the same traces with the pause made a no-op (traced second, so with JAX's
+  caches warm) run hundreds each."""
+  import gc
+
+  from mjx_py.xla import gc_paused
+  assert gc.isenabled()
+  with gc_paused():
+    with gc_paused():
+      assert not gc.isenabled()
+    assert not gc.isenabled()
+  assert gc.isenabled()
+  with pytest.raises(ValueError):
+    with gc_paused():
+      raise ValueError
+  assert gc.isenabled()
+  gc.disable()
+  try:
+    with gc_paused():
+      pass
+    assert not gc.isenabled()
+  finally:
+    gc.enable()
+
+  m = mjx_py.from_xml_string(SMALL)
+  d = mjx_py.make_data(m)
+  starts = []
+
+  def count(phase, info):
+    if phase == 'start':
+      starts.append(gc_paused._depth)
+
+  def collections():
+    out = []
+    for fn in (lambda d: mjx_py.step(m, d), lambda d: mjx_py.forward(m, d),
+               lambda d: mjx_py.rollout(m, d, nstep=2)[0]):
+      starts.clear()
+      jax.make_jaxpr(fn)(d)
+      assert not any(starts)          # none while paused (depth > 0)
+      out.append(len(starts))
+    return out
+
+  threshold = gc.get_threshold()
+  gc.callbacks.append(count)
+  gc.set_threshold(50)
+  try:
+    paused = collections()
+    monkeypatch.setattr(gc_paused, '__enter__', lambda self: self)
+    monkeypatch.setattr(gc_paused, '__exit__', lambda self, *exc: False)
+    unpaused = collections()
+  finally:
+    gc.set_threshold(*threshold)
+    gc.callbacks.remove(count)
+  assert all(10 * p < u for p, u in zip(paused, unpaused)), (paused, unpaused)
+  assert gc.isenabled()
+
+
 def test_include_from_assets():
   main = '<mujoco><include file="part.xml"/></mujoco>'
   part = b'<mujoco><worldbody><body><freejoint/><geom size="0.1"/></body></worldbody></mujoco>'
