@@ -96,7 +96,8 @@ def main():
   run = jax.jit(run, compiler_options=mjx_py.xla.compile_options())
   t0 = time.perf_counter()
   with mjx_py.xla.gc_paused():
-    compiled = run.lower(models, d, ctrls).compile()
+    lowered = run.lower(models, d, ctrls)
+  compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(compiled(models, d, ctrls))    # warm-up: the first run's allocations
   t1 = time.perf_counter()

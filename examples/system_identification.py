@@ -108,7 +108,8 @@ def fit(residuals, log_params, iters: int, report):
 
   t0 = time.perf_counter()
   with mjx_py.xla.gc_paused():
-    compiled = linearize.lower(log_params).compile()
+    lowered = linearize.lower(log_params)
+  compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
   damping = 1e-3
   t0 = time.perf_counter()

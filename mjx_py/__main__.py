@@ -153,7 +153,8 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   t0 = time.perf_counter()
   options = compile_options(fast_compile)
   with gc_paused():  # trace and lower with Python's collector paused (mjx_py.xla.gc_paused)
-    fn = jax.jit(fn).lower(d, ctrl[0], peak).compile(compiler_options=options)
+    lowered = jax.jit(fn).lower(d, ctrl[0], peak)
+  fn = lowered.compile(compiler_options=options)
   jit_s = time.perf_counter() - t0
   print(f'jit compile of the batched step: {jit_s:.2f} s'
         + (' (mjx_py.FAST_COMPILE)' if options else " (XLA's default options)"))
