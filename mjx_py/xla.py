@@ -233,8 +233,7 @@ class gc_paused(contextlib.ContextDecorator):
   allocates no Python objects, so it needs no pause, and leaving it out frees the trace's
   garbage first: the first collection after the pause collects what was made during it (the main
   job at batch 1 peaked at 557 MB with its compile paused too, 552 MB without, 546 MB before any
-  pause).
-  A collector the caller had disabled stays disabled."""
+  pause). A collector the caller had disabled stays disabled."""
 
   _lock = threading.Lock()
   _depth = 0
