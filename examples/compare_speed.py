@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mjx_py import testspeed
-from mjx_py.xla import compile_options, gc_paused, set_cpu_flags
+from mjx_py.xla import compile_options, lower_paused, set_cpu_flags
 
 
 def _time_mujoco(xml: str, batch: int, nstep: int, threads: int, repeat: int):
@@ -70,9 +70,8 @@ def _time_mjx(xml: str, batch: int, nstep: int, repeat: int):
   dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
   ctrl = jnp.zeros((nstep, batch, mj.nu))
   t0 = time.perf_counter()
-  with gc_paused():  # as for mjx_py's programs (testspeed), so the compiles compare alike
-    lowered = jax.jit(rollout).lower(dbatch, ctrl)
-  fn = lowered.compile()
+  # lowered as mjx_py's programs are (testspeed), so the compiles compare alike
+  fn = lower_paused(jax.jit(rollout), dbatch, ctrl).compile()
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(fn(dbatch, ctrl))
   return compile_s, batch * nstep / testspeed.best_time(lambda: fn(dbatch, ctrl), repeat)

@@ -95,9 +95,7 @@ def main():
     run = mjx_py.shard_worlds(run, in_axes=(axes, 0, 1))
   run = jax.jit(run, compiler_options=mjx_py.xla.compile_options())
   t0 = time.perf_counter()
-  with mjx_py.xla.gc_paused():
-    lowered = run.lower(models, d, ctrls)
-  compiled = lowered.compile()
+  compiled = mjx_py.xla.lower_paused(run, models, d, ctrls).compile()
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(compiled(models, d, ctrls))    # warm-up: the first run's allocations
   t1 = time.perf_counter()

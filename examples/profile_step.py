@@ -143,10 +143,9 @@ def main():
       testspeed.broadcast_batch(d0, B), ctrl))
   f1 = jax.vmap(lambda d: mjx_py.step(m, d))
   t0 = time.perf_counter()
-  with mjx_py.xla.gc_paused():
-    lowered = jax.jit(lambda d: jax.lax.scan(lambda d, _: (f1(d), None), d, None, length=ns)[0]) \
-        .lower(d)
-  fn = lowered.compile(compiler_options=mjx_py.xla.compile_options(True) if on_cpu else None)
+  scan = jax.jit(lambda d: jax.lax.scan(lambda d, _: (f1(d), None), d, None, length=ns)[0])
+  fn = mjx_py.xla.lower_paused(scan, d).compile(
+      compiler_options=mjx_py.xla.compile_options(True) if on_cpu else None)
   print(f'{os.path.basename(args.model)}, batch {B}, {ns}-step scan on '
         f'{jax.devices()[0].platform}: compiled in {time.perf_counter() - t0:.1f} s')
   jax.block_until_ready(fn(d))

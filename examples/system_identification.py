@@ -107,9 +107,7 @@ def fit(residuals, log_params, iters: int, report):
     return residuals(p), jax.jacfwd(residuals)(p)
 
   t0 = time.perf_counter()
-  with mjx_py.xla.gc_paused():
-    lowered = linearize.lower(log_params)
-  compiled = lowered.compile()
+  compiled = mjx_py.xla.lower_paused(linearize, log_params).compile()
   compile_s = time.perf_counter() - t0
   damping = 1e-3
   t0 = time.perf_counter()

@@ -56,9 +56,7 @@ def adam(loss, params, iters: int, lr: float, report):
 
   zero = jnp.zeros_like(params)
   t0 = time.perf_counter()
-  with mjx_py.xla.gc_paused():
-    lowered = update.lower(params, zero, zero, 1.0)
-  compiled = lowered.compile()
+  compiled = mjx_py.xla.lower_paused(update, params, zero, zero, 1.0).compile()
   compile_s = time.perf_counter() - t0
   mom = var = zero
   t0 = time.perf_counter()

@@ -128,7 +128,7 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   import jax
 
   from . import testspeed
-  from .xla import compile_options, enable_compile_cache, gc_paused
+  from .xla import compile_options, enable_compile_cache, lower_paused
   events = []
   if cache:
     cache_dir = enable_compile_cache()
@@ -152,9 +152,8 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
         + f' on {testspeed.device_name()}: {batch} worlds x {nchunk * chunk} steps{split}')
   t0 = time.perf_counter()
   options = compile_options(fast_compile)
-  with gc_paused():  # trace and lower with Python's collector paused (mjx_py.xla.gc_paused)
-    lowered = jax.jit(fn).lower(d, ctrl[0], peak)
-  fn = lowered.compile(compiler_options=options)
+  # traced and lowered with Python's collector paused (mjx_py.xla.gc_paused)
+  fn = lower_paused(jax.jit(fn), d, ctrl[0], peak).compile(compiler_options=options)
   jit_s = time.perf_counter() - t0
   print(f'jit compile of the batched step: {jit_s:.2f} s'
         + (' (mjx_py.FAST_COMPILE)' if options else " (XLA's default options)"))

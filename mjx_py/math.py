@@ -135,21 +135,18 @@ def _bilinear(a, b, table):
 def _bilinear_terms(a, b, table):
   """The same form as _bilinear written term by term: each output the sum of its nonzero
   products a_i b_j times their coefficients (elementwise operations only, no dot)."""
-  same = a is b                        # quat_to_mat's q q: a_i b_j = a_j b_i, made once
   a, b = jnp.broadcast_arrays(a, b)
   t = np.asarray(table).reshape(4, 4, -1)
-  # each component sliced once and each product formed once (the forms share them: a
-  # quaternion product's 16 products feed 4 outputs, quat_to_mat's 10 distinct ones 9), so
-  # the trace holds 8 slices and 16 products per form instead of two slices per term
+  # each component sliced once and each product a_i b_j formed once (quat_to_mat's 9 entries
+  # share theirs), so the trace holds 8 slices per form instead of two per term
   ac = [a[..., i] for i in range(4)]
-  bc = ac if same else [b[..., j] for j in range(4)]
+  bc = [b[..., j] for j in range(4)]
   prods = {}
 
   def product(i, j):
-    key = (min(i, j), max(i, j)) if same else (i, j)
-    if key not in prods:
-      prods[key] = ac[i] * bc[j]
-    return prods[key]
+    if (i, j) not in prods:
+      prods[(i, j)] = ac[i] * bc[j]
+    return prods[(i, j)]
 
   outs = []
   for r in range(t.shape[-1]):

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mjx_py.xla import gc_paused
+from mjx_py.xla import lower_paused
 
 
 def peak_rss_mb() -> float:
@@ -150,9 +150,7 @@ def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str 
   fn, place, _ = per_device(batched_rollout(m), batch, in_axes=(0, 1))
   dbatch, ctrl = place(broadcast_batch(d0, batch)), place(ctrl, axis=1)
   t0 = time.perf_counter()
-  with gc_paused():
-    lowered = jax.jit(fn).lower(dbatch, ctrl)
-  fn = lowered.compile(compiler_options=compiler_options)
+  fn = lower_paused(jax.jit(fn), dbatch, ctrl).compile(compiler_options=compiler_options)
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(fn(dbatch, ctrl))
   return compile_s, batch * nstep / best_time(lambda: fn(dbatch, ctrl), repeat)
@@ -178,17 +176,11 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
 
   t0 = time.perf_counter()
   opts = dict(compiler_options=compiler_options)
-  with gc_paused():
-    lowered = jax.jit(step).lower(m, d0)
-  lowered.compile(**opts)
+  lower_paused(jax.jit(step), m, d0).compile(**opts)
   step_compile = time.perf_counter() - t0
-  with gc_paused():
-    lowered = jax.jit(rollout).lower(d0.qvel, ctrl)
-  fwd = lowered.compile(**opts)
+  fwd = lower_paused(jax.jit(rollout), d0.qvel, ctrl).compile(**opts)
   t0 = time.perf_counter()
-  with gc_paused():
-    lowered = jax.jit(jax.grad(rollout, argnums=(0, 1))).lower(d0.qvel, ctrl)
-  grad = lowered.compile(**opts)
+  grad = lower_paused(jax.jit(jax.grad(rollout, argnums=(0, 1))), d0.qvel, ctrl).compile(**opts)
   grad_compile = time.perf_counter() - t0
 
   def timed(fn, reps=3):

@@ -223,17 +223,17 @@ class gc_paused(contextlib.ContextDecorator):
   of the one-world step, and 2.4 s of the 12.5 s trace and 0.55 s of the 4.2 s lowering of the
   gradient through 100 steps, mostly in 4-8 collections of the oldest generation. The entry
   points that trace the pipeline (forward, step, rollout, set_const) run under it, and so do the
-  main job's and the benchmark scripts' ``jax.jit(...).lower(...)`` (which also traces JAX's
-  transposition under jax.grad, after mjx_py's functions have returned); wrap your own the same
-  way. Measured on the humanoid (float32, 2-core CPU, one process, the variants alternating,
-  rounds 2 and 3 of 3: the first round starts cold), trace and lower without the pause, with it
-  inside mjx_py's functions only, and around the whole lower: the one-world step 4.74-5.20 s,
-  4.76-5.09 s and 4.00-4.16 s; vmap(step) over 64 worlds 6.71-7.13 s, 6.33-6.76 s and 5.91-6.33
-  s; the gradient through 100 steps 14.0-14.7 s, 12.8-13.5 s and 11.3-11.9 s. XLA's compile
-  allocates no Python objects, so it needs no pause, and leaving it out frees the trace's
-  garbage first: the first collection after the pause collects what was made during it (the main
-  job at batch 1 peaked at 557 MB with its compile paused too, 552 MB without, 546 MB before any
-  pause). A collector the caller had disabled stays disabled."""
+  main job's and the benchmark scripts' ``jax.jit(...).lower(...)`` (through lower_paused, which
+  also covers JAX's transposition under jax.grad, after mjx_py's functions have returned); lower
+  your own the same way. Measured on the humanoid (float32, 2-core CPU, one process, the
+  variants alternating, rounds 2 and 3 of 3: the first round starts cold), trace and lower
+  without the pause, with it inside mjx_py's functions only, and around the whole lower: the
+  one-world step 4.74-5.20 s, 4.76-5.09 s and 4.00-4.16 s; vmap(step) over 64 worlds 6.71-7.13
+  s, 6.33-6.76 s and 5.91-6.33 s; the gradient through 100 steps 14.0-14.7 s, 12.8-13.5 s and
+  11.3-11.9 s. XLA's compile allocates no Python objects, so it needs no pause, and leaving it
+  out frees the trace's garbage first: the first collection after the pause collects what was
+  made during it (the main job at batch 1 peaked at 557 MB with its compile paused too, 552 MB
+  without, 546 MB before any pause). A collector the caller had disabled stays disabled."""
 
   _lock = threading.Lock()
   _depth = 0
@@ -257,6 +257,13 @@ class gc_paused(contextlib.ContextDecorator):
     return False
 
 
+def lower_paused(jitted, *args, **kwargs):
+  """``jitted.lower(*args, **kwargs)`` (trace and lower) with the collector paused (gc_paused);
+  compile the result outside the pause, so that the trace's garbage is freed first."""
+  with gc_paused():
+    return jitted.lower(*args, **kwargs)
+
+
 __all__ = ['FAST_COMPILE', 'CPU_XLA_FLAGS', 'DEVICE_COUNT_FLAG', 'compile_options',
-           'fast_compile_supported', 'cpu_count', 'gc_paused',
+           'fast_compile_supported', 'cpu_count', 'gc_paused', 'lower_paused',
            'set_cpu_flags', 'default_cache_dir', 'enable_compile_cache']

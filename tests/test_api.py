@@ -191,13 +191,13 @@ def test_set_cpu_flags(monkeypatch):
 
 def test_gc_paused(monkeypatch):
   """mjx_py.xla.gc_paused: nested and failing uses restore the collector once, after the
-  outermost; a collector the caller disabled stays disabled. Tracing step, forward and rollout
-  (with a collection threshold of 50 allocations) runs a few collections, outside their
-  calls, where the same traces with the pause made a no-op (traced second, so with JAX's
-  caches warm) run hundreds each."""
+  outermost; a collector the caller disabled stays disabled; lower_paused resumes it.
+  Tracing step, forward and rollout (with a collection threshold of 50 allocations) runs a
+  few collections, outside their calls, where the same traces with the pause made a no-op
+  (traced second, so with JAX's caches warm) run hundreds each."""
   import gc
 
-  from mjx_py.xla import gc_paused
+  from mjx_py.xla import gc_paused, lower_paused
   assert gc.isenabled()
   with gc_paused():
     with gc_paused():
@@ -215,6 +215,8 @@ def test_gc_paused(monkeypatch):
     assert not gc.isenabled()
   finally:
     gc.enable()
+  lowered = lower_paused(jax.jit(lambda x: x + 1), jnp.ones(2))   # compiled after the pause
+  assert gc.isenabled() and float(lowered.compile()(jnp.ones(2))[0]) == 2.0
 
   m = mjx_py.from_xml_string(SMALL)
   d = mjx_py.make_data(m)
