@@ -236,17 +236,22 @@ def states(mj, rng):
 
 
 def ours(m, states):
-  """jit(vmap(forward)) of our Model from the MjData ``states`` (pairs of states())."""
+  """Our forward of the MjData ``states`` (pairs of states()), one jit(forward) program run on
+  each (one compile: the states share their shapes), the results stacked along a leading axis.
+  (A jit(vmap(forward)) of the two states traced and compiled about 7 s slower on the mesh bin,
+  and vmap(forward) against the per-world program is tested in test_batch and
+  test_collision_driver.)"""
   fields = ('qpos', 'qvel', 'act', 'ctrl', 'mocap_pos', 'mocap_quat')
-  d = mjx_py.make_data(m)
-  refs = [r for r, _ in states]
-  batch = {f: jnp.asarray(np.stack([getattr(r, f).reshape(getattr(d, f).shape)
-                                    for r in refs])) for f in fields}
-  batch['qacc_warmstart'] = jnp.asarray(np.stack([w for _, w in states]))
-  batch['time'] = jnp.asarray([r.time for r in refs])
-  d = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (len(refs),) + x.shape), d)
-  d = replace(d, **batch)
-  return jax.jit(jax.vmap(mjx_py.forward, in_axes=(None, 0)))(m, d)
+  d0 = mjx_py.make_data(m)
+  forward = jax.jit(mjx_py.forward)
+  out = []
+  for ref, warm in states:
+    new = {f: jnp.asarray(getattr(ref, f).reshape(getattr(d0, f).shape), getattr(d0, f).dtype)
+           for f in fields}
+    new['qacc_warmstart'] = jnp.asarray(warm, d0.qacc_warmstart.dtype)
+    new['time'] = jnp.asarray(ref.time, d0.time.dtype)
+    out.append(forward(m, replace(d0, **new)))
+  return jax.tree_util.tree_map(lambda *x: jnp.stack(x), *out)
 
 
 def pair_keys(ref, n):
@@ -284,8 +289,8 @@ def assets(path):
 
 
 def forward_case(path, option, seed):
-  """The model at ``path`` with ``option`` appended: (MjModel, our Model, states(), our batched
-  forward of them); asserts that MuJoCo's contacts fit our capacity."""
+  """The model at ``path`` with ``option`` appended: (MjModel, our Model, states(), our forward
+  of them, stacked); asserts that MuJoCo's contacts fit our capacity."""
   xml = with_option(read(path), option)
   files = assets(path)
   mj = mujoco.MjModel.from_xml_string(xml, files)
