@@ -238,9 +238,9 @@ def states(mj, rng):
 def ours(m, states):
   """Our forward of the MjData ``states`` (pairs of states()), one jit(forward) program run on
   each (one compile: the states share their shapes), the results stacked along a leading axis.
-  (A jit(vmap(forward)) of the two states traced and compiled about 7 s slower on the mesh bin,
-  and vmap(forward) against the per-world program is tested in test_batch and
-  test_collision_driver.)"""
+  (A jit(vmap(forward)) of the two states traced and compiled about 7 s slower on the mesh bin;
+  batched against per-world programs is tested in test_batch, vmap(step) with constraints, and
+  test_collision_driver, the contacts.)"""
   fields = ('qpos', 'qvel', 'act', 'ctrl', 'mocap_pos', 'mocap_quat')
   d0 = mjx_py.make_data(m)
   forward = jax.jit(mjx_py.forward)
