@@ -14,8 +14,8 @@ PGS and noslip sweep the rows in MuJoCo's order with MuJoCo's updates, so the it
 replicated, not just the optimum: solver_niter equals MuJoCo's, and qacc, qfrc_constraint
 (1e-6 relative), efc_force (1e-6 of the largest force, up to the order of contacts within one
 geom pair), efc_b and efc_AR (1e-8 relative) match, and efc_state equals MuJoCo's dual states
-where the force is not at a state boundary. Both states run through one
-compiled jit(forward) per model (oracle.ours).
+where the force is not at a state boundary. Both states run through one compiled jit(forward)
+per model (oracle.ours).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ than MuJoCo's own (to 1e-10 relative). Where the problem is reasonably condition
 below 1e12; a row whose regularizer R sits at MuJoCo's floor has D up to 1e15, and then two correct
 solvers agree on the cost but not on qacc), also qacc and qfrc_constraint within 1e-6 relative (to
 max(1, |ref|)), efc_force on the used rows within 1e-6 of the largest force, and efc_state equal
-where the row's force is not at a state boundary. Both states run through one
-compiled jit(forward) per model (oracle.ours).
+where the row's force is not at a state boundary. Both states run through one compiled
+jit(forward) per model (oracle.ours).
 """
 
 from __future__ import annotations
