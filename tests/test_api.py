@@ -578,3 +578,36 @@ def test_profile_step_example():
   assert example.hlo_name(dict(name='loop_add_fusion_8',
                                args=dict(hlo_op='command_buffer_5'))) == 'loop_add_fusion.8'
   assert example.hlo_name(dict(name='MemcpyD2H', args=dict(hlo_op='while.160'))) == 'while.160'
+
+
+def test_compare_compile_example(tmp_path):
+  """examples/compare_compile.py: the step program lowered, compiled and run by ``child`` (here
+  in this process, on SMALL) and the table's rows; MJX's model with its solver at the one
+  iteration it differentiates, for the gradient only (the gradient programs are not compiled
+  here: CI time; the README's table is this script's output); a child that fails reported by
+  its last line of error output instead of a figure."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      'compare_compile', os.path.join(ROOT, 'examples', 'compare_compile.py'))
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  path = tmp_path / 'small.xml'
+  path.write_text(SMALL)
+  res = example.child('mjx_py', 'step', str(path), 3, True)
+  assert res['lower_s'] > 0 and res['xla_s'] > 0 and res['peak_mb'] > 100 and len(res) == 3
+  fields = example._row('small.xml', 'mjx_py', 'step', res).split()
+  assert fields[:3] == ['small.xml', 'mjx_py', 'step'] and len(fields) == 7
+  grad = example._row('h.xml', 'mjx', 'grad', dict(res, run_ms=1.5, finite=False))
+  assert grad.split()[6:] == ['1.5', fields[6], 'NOT', 'finite']
+  assert float(fields[5]) == pytest.approx(float(fields[3]) + float(fields[4]), abs=0.011)
+  assert example._row('small.xml', 'mjx', 'step', 'failed: x').endswith('step  failed: x')
+  # MJX's model: its solver at one iteration for the gradient only, the same control limits
+  for grad in (False, True):
+    _, mx, _, limits, replace = example._mjx(SMALL, str(tmp_path), grad)
+    assert int(mx.opt.iterations) == (1 if grad else 100)
+  assert np.array_equal(limits[2], [True]) and np.array_equal(limits[1], [1.0])
+  ctrl = example._controls(*limits, 50)
+  assert ctrl.shape == (50, 1) and np.all(np.abs(ctrl) <= 1)
+  args = example.argparse.Namespace(nstep=3, option='', full_opt=False, timeout=300)
+  failed = example._run_child('mjx_py', 'step', str(tmp_path / 'missing.xml'), args)
+  assert failed.startswith('failed: ') and 'missing.xml' in failed, failed
