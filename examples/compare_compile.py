@@ -62,6 +62,7 @@ def _ours(xml: str, base_dir: str, grad: bool):
 
   import mjx_py
   from mjx_py import mjcf
+  del grad                               # one Model for both programs
   m = mjx_py.put_model(mjcf.compile_string(xml, file=os.path.join(base_dir, 'model.xml')))
   d = mjx_py.make_data(m)
   ctrlrange = np.asarray(m.actuator_ctrlrange).reshape(-1, 2)
@@ -142,10 +143,9 @@ def _run_child(engine, kind, path, args) -> dict | str:
   cmd = [sys.executable, os.path.abspath(__file__), path, '--child', engine, kind,
          '--nstep', str(args.nstep), '--option', args.option]
   cmd += ['--full-opt'] if args.full_opt else []
-  timeout = args.timeout
   t0 = time.perf_counter()
   try:
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
   except subprocess.TimeoutExpired:
     return f'not finished in {time.perf_counter() - t0:.0f} s'
   for line in reversed(res.stdout.splitlines()):

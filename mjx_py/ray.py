@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .math import MINVAL, concrete
+from .math import MINVAL, concrete, matvec_small
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = range(8)
 NGROUP = 6  # mjNGROUP
@@ -77,9 +77,7 @@ def _dot(x, y):
 def _map(pos, mat, pnt, vec):
   """The ray in a frame at ``pos`` with rotation ``mat`` (3, 3): (lpnt, lvec) (ray_map;
   mat.T @ v written term by term, see _dot)."""
-  def rotate(v):
-    return sum(mat[k] * v[k] for k in range(3))
-  return rotate(pnt - pos), rotate(vec)
+  return matvec_small(mat.T, pnt - pos), matvec_small(mat.T, vec)
 
 
 def _quad(a, b, c):
