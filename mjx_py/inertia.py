@@ -48,6 +48,11 @@ def _cdof(m, d, subtree_com):
   jtype = m.jnt_type[jnt]
   k = jnp.arange(m.nv) - m.jnt_dofadr[jnt]            # index of the dof within its joint
   offset = subtree_com[m.body_rootid[body]] - d.xanchor[jnt]
+  if tree.scalar_joints(m):
+    # hinges and slides only (static): every dof turns about or slides along its joint's axis
+    axis = d.xaxis[jnt]
+    trans = jnp.concatenate([jnp.zeros_like(axis), axis], axis=1)
+    return jnp.where((jtype == SLIDE)[:, None], trans, jax.vmap(math.dof_com)(axis, offset))
   xmat = d.xmat[body].reshape(-1, 3, 3)
   # rotational dofs of ball and free joints turn about the body's own axes
   col = jnp.where(jtype == FREE, k - 3, k).clip(0, 2)

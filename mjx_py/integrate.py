@@ -84,6 +84,9 @@ def integrate_pos(m, qpos, qvel, dt):
   """
   if not m.njnt or not m.nq:
     return qpos
+  if tree.scalar_joints(m):
+    # hinges and slides only (static): qpos and qvel both in joint order, one entry each
+    return qpos + dt * qvel
   qadr, vadr = m.jnt_qposadr, m.jnt_dofadr
   qwin = qpos[jnp.clip(qadr[:, None] + jnp.arange(7), 0, m.nq - 1)]
   vwin = qvel[jnp.clip(vadr[:, None] + jnp.arange(6), 0, m.nv - 1)]

@@ -71,10 +71,11 @@ def _sub_quat(qa, qb):
 
 
 def _to_dofs(m, values, dtype):
-  """Scatters per-joint 6-slot values (njnt, 6) into a dof vector (nv,)."""
+  """Scatters per-joint 6-slot values (njnt, 6) into a dof vector (nv,) (the slots past
+  velocity.slot_width(m), which no joint of the model has, are left out)."""
   ids, valid = joint_dofs(m)
   target = jnp.where(valid, ids, m.nv)
-  return jnp.zeros(m.nv, dtype).at[target].add(values, mode='drop')
+  return jnp.zeros(m.nv, dtype).at[target].add(values[:, :ids.shape[1]], mode='drop')
 
 
 def _wrench_to_qfrc(m, d, wrench):
@@ -111,6 +112,10 @@ def _joint_springs(m, d):
   """-stiffness * (qpos - qpos_spring) per joint; ball and free rotations use the rotation
   vector between the (normalised) joint quaternion and the spring quaternion."""
   dtype = d.qpos.dtype
+  if tree.scalar_joints(m):
+    # hinges and slides only (static): joint j has the one qpos and dof j (MuJoCo numbers
+    # them in joint order), so no quaternion work and no scatter
+    return -m.jnt_stiffness * (d.qpos - m.qpos_spring)
   qidx = jnp.minimum(m.jnt_qposadr[:, None] + jnp.arange(7), m.nq - 1)
   q, q0 = d.qpos[qidx], m.qpos_spring[qidx]
   free = (m.jnt_type == FREE)[:, None]

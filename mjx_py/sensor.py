@@ -413,7 +413,10 @@ def potential_energy(m, d):
     e = e - jnp.sum(m.body_mass[1:] * (d.xipos[1:] @ m.opt.gravity))
   if m.opt.disableflags & DSBL_PASSIVE:
     return e
-  if m.njnt:
+  if m.njnt and tree.scalar_joints(m):
+    # hinges and slides only (static): one qpos per joint, in joint order
+    e = e + 0.5 * jnp.sum(m.jnt_stiffness * (d.qpos - m.qpos_spring) ** 2)
+  elif m.njnt:
     qidx = jnp.minimum(m.jnt_qposadr[:, None] + jnp.arange(7), m.nq - 1)
     q, q0 = d.qpos[qidx], m.qpos_spring[qidx]
     free = m.jnt_type == FREE

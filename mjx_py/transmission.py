@@ -35,7 +35,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from . import math, support
+from . import math, support, tree
 
 # mjtTrn
 TRN_JOINT, TRN_JOINTINPARENT, TRN_SLIDERCRANK, TRN_TENDON, TRN_SITE, TRN_BODY = range(6)
@@ -72,7 +72,7 @@ def _joint(m, d, kind, jnt, gear):
   """Joint and jointinparent transmissions: (length, moment (nv,))."""
   jnt = jnp.clip(jnt, 0, m.njnt - 1)
   jtype, qadr, dadr = m.jnt_type[jnt], m.jnt_qposadr[jnt], m.jnt_dofadr[jnt]
-  if BALL not in m.jnt_types and FREE not in m.jnt_types:   # static: hinge and slide only
+  if tree.scalar_joints(m):   # static: hinge and slide only
     return d.qpos[qadr] * gear[0], jnp.zeros(m.nv, gear.dtype).at[dadr].set(gear[0])
   q = d.qpos[jnp.minimum(qadr + jnp.arange(7), m.nq - 1)]
   in_parent = kind == TRN_JOINTINPARENT

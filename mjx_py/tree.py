@@ -72,6 +72,13 @@ def tree_indices(arrays: dict) -> dict:
           'body_dofmask': dofmask}
 
 
+def scalar_joints(m) -> bool:
+  """Whether every joint of the model is a hinge or a slide (static, from the type set
+  m.jnt_types; mjtJoint FREE = 0, BALL = 1). Joint j then owns qpos j and dof j (MuJoCo numbers
+  both in joint order), so the stages can skip their quaternion and per-slot work."""
+  return 0 not in m.jnt_types and 1 not in m.jnt_types
+
+
 def _gather(tree, ids):
   return jax.tree_util.tree_map(lambda x: x[ids], tree)
 

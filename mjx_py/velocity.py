@@ -48,10 +48,19 @@ def tendon_actuator_velocity(m, d):
   return dataclasses.replace(d, ten_velocity=ten_velocity, actuator_velocity=actuator_velocity)
 
 
+def slot_width(m) -> int:
+  """Dof slots per joint in the per-joint tables (static, from the model's joint types): 6
+  with a free joint, 3 with a ball joint and no free one, 1 for hinges and slides only (whose
+  tables then hold each joint's one dof, six times less work than 6 slots)."""
+  if tree.scalar_joints(m):
+    return 1
+  return 6 if FREE in m.jnt_types else 3
+
+
 def joint_dofs(m):
-  """Dof slots of every joint: ids (njnt, 6) clipped to valid indices, and the mask of the
-  slots the joint really has (free 6, ball 3, slide/hinge 1)."""
-  k = jnp.arange(6)
+  """Dof slots of every joint: ids (njnt, W) clipped to valid indices, and the mask of the
+  slots the joint really has (free 6, ball 3, slide/hinge 1); W = slot_width(m)."""
+  k = jnp.arange(slot_width(m))
   ndof = jnp.where(m.jnt_type == FREE, 6, jnp.where(m.jnt_type == BALL, 3, 1))
   valid = k[None, :] < ndof[:, None]
   ids = jnp.minimum(m.jnt_dofadr[:, None] + k[None, :], m.nv - 1)
@@ -82,7 +91,7 @@ def com_vel(m, d):
                                cdof_dot=jnp.zeros((0, 6), dtype))
   ids, valid = joint_dofs(m)
   is_free = m.jnt_type == FREE
-  # velocity contributed by each dof slot of each joint: (njnt, 6 slots, 6)
+  # velocity contributed by each dof slot of each joint: (njnt, W slots, 6)
   motion = jnp.where(valid[..., None], d.cdof[ids] * d.qvel[ids][..., None], 0.0)
   jnt_vel = jnp.sum(motion, axis=1)                                       # (njnt, 6)
   free_trans = jnp.where(is_free[:, None], jnp.sum(motion[:, :3], axis=1), 0.0)
@@ -98,11 +107,11 @@ def com_vel(m, d):
   slot = jnp.arange(m.njnt) - m.body_jntadr[m.jnt_bodyid]
   base = cvel[m.body_parentid[m.jnt_bodyid]] + before[m.jnt_bodyid, slot]  # (njnt, 6)
 
-  k = jnp.arange(6)
+  k = jnp.arange(ids.shape[1])
   free_rot = is_free[:, None] & (k[None, :] >= 3)
   free_lin = is_free[:, None] & (k[None, :] < 3)
   vel = base[:, None, :] + jnp.where(free_rot[..., None], free_trans[:, None, :], 0.0)
-  cdd = jax.vmap(_cross_motion)(vel, d.cdof[ids])                         # (njnt, 6, 6)
+  cdd = jax.vmap(_cross_motion)(vel, d.cdof[ids])                         # (njnt, W, 6)
   cdd = jnp.where((valid & ~free_lin)[..., None], cdd, 0.0)
   target = jnp.where(valid, m.jnt_dofadr[:, None] + k[None, :], m.nv)     # padding dropped
   cdof_dot = jnp.zeros((m.nv, 6), dtype).at[target].set(cdd, mode='drop')

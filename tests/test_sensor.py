@@ -107,7 +107,10 @@ def _blocks(mj, names):
 # ---------------------------------------------------------------------------------------------
 # Parity with mj_forward
 
-PARITY = [('sensor_frames.xml', '')]
+# tendons_spatial: hinges and slides only (tree.scalar_joints), joint and tendon springs with
+# springrefs, and the energy flag turned on: the scalar-joint spring energy
+PARITY = [('sensor_frames.xml', ''),
+          ('tendons_spatial.xml', '<option><flag energy="enable"/></option>')]
 
 
 def test_every_builtin_type_is_tested():
