@@ -28,8 +28,9 @@ def _joint_pose(pos, quat, jtype, jaxis, jpos, q, q0, types):
 
   pos (3,), quat (4,): the frame before the joint; jtype: joint type (-1: no joint, the frame
   is kept); jaxis, jpos (3,): the joint's axis and position in the body frame; q (7,): qpos
-  from the joint's address; q0: its qpos0 (hinge and slide). ``types``: the joint types the
-  model has (static), so only their branches are traced.
+  from the joint's address ((1,) when the model has hinges and slides only); q0: its qpos0
+  (hinge and slide). ``types``: the joint types the model has (static), so only their
+  branches are traced.
   Returns (pos, quat, anchor, axis) after the joint, all in the frame's own reference frame.
   """
   # the quaternion forms term by term: this runs inside the joints' loop (math.quat_mul)
@@ -72,7 +73,7 @@ def _body_local(m, inp):
 
   inp: the body's constant pose (pos, quat, possibly from mocap), and per joint slot k
     (maxjnt slots, padded with type -1): jtype, jpos, jaxis, qpos (7 values from the joint's
-    qpos address), qpos0 (1 value).
+    qpos address, 1 when the model has hinges and slides only), qpos0 (1 value).
   """
   def slot(frame, j):
     pos, quat, anchor, axis = _joint_pose(frame[0], frame[1], j['jtype'], j['jaxis'],
@@ -111,14 +112,16 @@ def _body_inputs(m, d):
   j = jnp.maximum(jnt, 0)
   if m.njnt:
     adr = m.jnt_qposadr[j]
-    qidx = jnp.minimum(adr[..., None] + jnp.arange(7), max(m.nq - 1, 0))
+    # the joint's qpos from its address: 7 values (a free joint's), 1 for hinges and slides
+    width = 1 if tree.scalar_joints(m) else 7
+    qidx = jnp.minimum(adr[..., None] + jnp.arange(width), max(m.nq - 1, 0))
     qpos = d.qpos[qidx] if m.nq else jnp.zeros(qidx.shape, d.qpos.dtype)
     jtype = jnp.where(valid, m.jnt_type[j], -1)
     jpos, jaxis = m.jnt_pos[j], m.jnt_axis[j]
     qpos0 = m.qpos0[adr]
   else:
     shape = jnt.shape
-    qpos = jnp.zeros(shape + (7,), pos.dtype)
+    qpos = jnp.zeros(shape + (1,), pos.dtype)
     jtype = jnp.full(shape, -1)
     jpos = jaxis = jnp.zeros(shape + (3,), pos.dtype)
     qpos0 = jnp.zeros(shape, pos.dtype)
