@@ -34,24 +34,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import resource
 import subprocess
 import sys
 import time
 
 ENGINES = ('mjx_py', 'mjx')
 KINDS = ('step', 'grad')
-
-
-def _controls(lo, hi, limited, nstep: int, seed: int = 0):
-  """(nstep, nu) float32 controls: uniform in [lo, hi] where ``limited``, standard normal
-  elsewhere (testspeed.model_and_controls' rule, for both engines)."""
-  import numpy as np
-  rng = np.random.default_rng(seed)
-  shape = (nstep, len(lo))
-  return np.where(limited, lo + (hi - lo) * rng.random(shape),
-                  rng.standard_normal(shape)).astype(np.float32)
 
 
 def _ours(xml: str, base_dir: str, grad: bool):
@@ -97,11 +85,12 @@ def child(engine: str, kind: str, path: str, nstep: int, fast: bool, option: str
   import jax
   import jax.numpy as jnp
 
+  from mjx_py import testspeed
   from mjx_py.xla import compile_options, lower_paused
   with open(path) as f:
     xml = f.read()
   if option:
-    xml = re.sub(r'</mujoco>\s*$', option + '</mujoco>', xml)
+    xml = testspeed.with_element(xml, option)
   base_dir = os.path.dirname(os.path.abspath(path))
   step, m, d0, limits, replace = (_ours if engine == 'mjx_py' else _mjx)(xml, base_dir,
                                                                    kind == 'grad')
@@ -110,7 +99,7 @@ def child(engine: str, kind: str, path: str, nstep: int, fast: bool, option: str
   if kind == 'step':
     jitted, args = jax.jit(step), (m, d0)
   else:
-    ctrls = jnp.asarray(_controls(*limits, nstep))
+    ctrls = jnp.asarray(testspeed.random_controls(*limits, (nstep,)), jnp.float32)
 
     def loss(qvel, ctrls):
       def body(d, c):
@@ -134,7 +123,7 @@ def child(engine: str, kind: str, path: str, nstep: int, fast: bool, option: str
       best = min(best, time.perf_counter() - t0)
     out['run_ms'] = best * 1e3
     out['finite'] = bool(all(jnp.all(jnp.isfinite(g)) for g in result))
-  out['peak_mb'] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+  out['peak_mb'] = testspeed.peak_rss_mb()
   return out
 
 

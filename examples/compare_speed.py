@@ -152,7 +152,7 @@ def main():
   with open(args.model) as f:
     xml = f.read()
   if args.option:
-    xml = re.sub(r'</mujoco>\s*$', args.option + '</mujoco>', xml)
+    xml = testspeed.with_element(xml, args.option)
   if args.smooth:
     xml = testspeed.disable_constraints(xml)
   ncpu = os.cpu_count() or 1

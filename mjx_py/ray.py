@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .math import MINVAL, concrete, matvec_small
+from .math import MINVAL, concrete, dot_small, matvec_small
 
 PLANE, HFIELD, SPHERE, CAPSULE, ELLIPSOID, CYLINDER, BOX, MESH = range(8)
 NGROUP = 6  # mjNGROUP
@@ -65,18 +65,9 @@ def _sqrt(x):
   return jnp.where(pos, jnp.sqrt(jnp.where(pos, x, 1.0)), 0.0)
 
 
-def _dot(x, y):
-  """x . y over the last axis, written as products summed term by term in MuJoCo's order (no
-  dot or reduce operation). A reduce fused into a loop is emitted again at each of its uses in
-  that loop by XLA:CPU's classic emitters: in the primitives' chains of selects (_nearer) on
-  quadratics of these products, that made the hopper's step (its touch sensor's capsule) one
-  kernel of 53,000 lines of LLVM IR and 23 s of its 34 s compile."""
-  return sum(x[..., k] * y[..., k] for k in range(x.shape[-1]))
-
-
 def _map(pos, mat, pnt, vec):
   """The ray in a frame at ``pos`` with rotation ``mat`` (3, 3): (lpnt, lvec) (ray_map;
-  mat.T @ v written term by term, see _dot)."""
+  mat.T @ v written term by term, see math.dot_small)."""
   return matvec_small(mat.T, pnt - pos), matvec_small(mat.T, vec)
 
 
@@ -103,7 +94,7 @@ def _nearer(x, sol, ok):
 def _sphere_hit(pos, dist_sqr, pnt, vec):
   """ray_sphere: nearest x >= 0 with |pnt + x vec - pos|^2 = dist_sqr, or -1."""
   dif = pnt - pos
-  x, _ = _quad(_dot(vec, vec), _dot(vec, dif), _dot(dif, dif) - dist_sqr)
+  x, _ = _quad(dot_small(vec, vec), dot_small(vec, dif), dot_small(dif, dif) - dist_sqr)
   return x
 
 
@@ -132,14 +123,14 @@ def ray_capsule(pos, mat, size, pnt, vec):
   bound = _sphere_hit(pos, (r + h) * (r + h), pnt, vec) >= 0
   lpnt, lvec = _map(pos, mat, pnt, vec)
   # side: (lpnt + x lvec)_xy^2 = r^2, with |z| <= h
-  sol, _ = _quad(_dot(lvec[:2], lvec[:2]), _dot(lvec[:2], lpnt[:2]),
-                _dot(lpnt[:2], lpnt[:2]) - r * r)
+  sol, _ = _quad(dot_small(lvec[:2], lvec[:2]), dot_small(lvec[:2], lpnt[:2]),
+                dot_small(lpnt[:2], lpnt[:2]) - r * r)
   x = jnp.where((sol >= 0) & (jnp.abs(lpnt[2] + sol * lvec[2]) <= h), sol, -1.0)
-  a = _dot(lvec, lvec)
+  a = dot_small(lvec, lvec)
   for side in (1.0, -1.0):
     # cap sphere centred at z = side * h, only its outer half counts
     ldif = lpnt - jnp.array([0.0, 0.0, side * h], lpnt.dtype)
-    _, roots = _quad(a, _dot(lvec, ldif), _dot(ldif, ldif) - r * r)
+    _, roots = _quad(a, dot_small(lvec, ldif), dot_small(ldif, ldif) - r * r)
     for xx in roots:
       z = lpnt[2] + xx * lvec[2]
       outer = z >= h if side > 0 else z <= -h
@@ -151,7 +142,7 @@ def ray_ellipsoid(pos, mat, size, pnt, vec):
   """The unit-sphere quadratic in coordinates scaled by 1 / size."""
   lpnt, lvec = _map(pos, mat, pnt, vec)
   s = 1.0 / (size * size)
-  x, _ = _quad(_dot(s * lvec, lvec), _dot(s * lvec, lpnt), _dot(s * lpnt, lpnt) - 1)
+  x, _ = _quad(dot_small(s * lvec, lvec), dot_small(s * lvec, lpnt), dot_small(s * lpnt, lpnt) - 1)
   return x
 
 
@@ -165,9 +156,9 @@ def ray_cylinder(pos, mat, size, pnt, vec):
   for side in (-1.0, 1.0):
     sol = _div(side * h - lpnt[2], jnp.where(axial, lvec[2], 1.0))
     p = lpnt[:2] + sol * lvec[:2]
-    x = _nearer(x, sol, axial & (sol >= 0) & (_dot(p, p) <= r * r))
-  sol, _ = _quad(_dot(lvec[:2], lvec[:2]), _dot(lvec[:2], lpnt[:2]),
-                _dot(lpnt[:2], lpnt[:2]) - r * r)
+    x = _nearer(x, sol, axial & (sol >= 0) & (dot_small(p, p) <= r * r))
+  sol, _ = _quad(dot_small(lvec[:2], lvec[:2]), dot_small(lvec[:2], lpnt[:2]),
+                dot_small(lpnt[:2], lpnt[:2]) - r * r)
   x = _nearer(x, sol, (sol >= 0) & (jnp.abs(lpnt[2] + sol * lvec[2]) <= h))
   return jnp.where(bound, x, -1.0)
 
@@ -178,7 +169,7 @@ _FACE_AXES = ((1, 2), (0, 2), (0, 1))
 def ray_box_all(pos, mat, size, pnt, vec):
   """ray_box with its per-face hits: (x, all (6,)), all[2 i + (side + 1) / 2] the distance to
   face (axis i, side -1 / +1) where the ray meets it inside its rectangle, else -1."""
-  bound = _sphere_hit(pos, _dot(size, size), pnt, vec) >= 0
+  bound = _sphere_hit(pos, dot_small(size, size), pnt, vec) >= 0
   lpnt, lvec = _map(pos, mat, pnt, vec)
   x = jnp.asarray(-1.0, lpnt.dtype)
   hits = []

@@ -76,11 +76,21 @@ def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = ''
                      nconmax)
   d0 = mjx_py.make_data(m)
   lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
-  limited = np.asarray(m.actuator_ctrllimited) > 0
-  rng = np.random.default_rng(seed)
-  shape = tuple(shape) + (m.nu,)
-  ctrl = np.where(limited, lo + (hi - lo) * rng.random(shape), rng.standard_normal(shape))
+  ctrl = random_controls(lo, hi, np.asarray(m.actuator_ctrllimited) > 0, shape, seed)
   return m, d0, jnp.asarray(ctrl, dtype=d0.qpos.dtype)
+
+
+def random_controls(lo, hi, limited, shape: tuple, seed: int = 0):
+  """Random controls of shape ``shape + (nu,)`` (numpy, float64) for actuators with control
+  ranges [lo, hi] (nu,): uniform in the range where ``limited``, standard normal elsewhere."""
+  rng = np.random.default_rng(seed)
+  shape = tuple(shape) + (len(lo),)
+  return np.where(limited, lo + (hi - lo) * rng.random(shape), rng.standard_normal(shape))
+
+
+def with_element(xml: str, element: str) -> str:
+  """The MJCF text with ``element`` (e.g. an <option .../>) appended inside <mujoco>."""
+  return re.sub(r'</mujoco>\s*$', element + '</mujoco>', xml)
 
 
 def batched_rollout(m, peaks: bool = False):

@@ -606,7 +606,8 @@ def test_compare_compile_example(tmp_path):
     _, mx, _, limits, replace = example._mjx(SMALL, str(tmp_path), grad)
     assert int(mx.opt.iterations) == (1 if grad else 100)
   assert np.array_equal(limits[2], [True]) and np.array_equal(limits[1], [1.0])
-  ctrl = example._controls(*limits, 50)
+  from mjx_py import testspeed  # the controls' rule the script shares with testspeed
+  ctrl = testspeed.random_controls(*limits, (50,))
   assert ctrl.shape == (50, 1) and np.all(np.abs(ctrl) <= 1)
   args = example.argparse.Namespace(nstep=3, option='', full_opt=False, timeout=300)
   failed = example._run_child('mjx_py', 'step', str(tmp_path / 'missing.xml'), args)
