@@ -161,7 +161,7 @@ def main():
   for batch in args.batch:
     c, sps = testspeed.time_rollout(
         xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-        compiler_options=compile_options(not args.full_opt), repeat=args.repeat,
+        compiler_options=compile_options(not args.full_opt, batched=batch > 1), repeat=args.repeat,
         nconmax=args.nconmax)
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
     c1 = _time_mujoco(xml, batch, args.nstep, 1, args.repeat)

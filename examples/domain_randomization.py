@@ -93,7 +93,7 @@ def main():
     # each device (one per CPU core, set_cpu_flags) steps its block of worlds on its own; the
     # Model's per-world fields and the controls are split along their batch axes
     run = mjx_py.shard_worlds(run, in_axes=(axes, 0, 1))
-  run = jax.jit(run, compiler_options=mjx_py.xla.compile_options())
+  run = jax.jit(run, compiler_options=mjx_py.xla.compile_options(batched=True))
   t0 = time.perf_counter()
   compiled = mjx_py.xla.lower_paused(run, models, d, ctrls).compile()
   compile_s = time.perf_counter() - t0

@@ -240,18 +240,20 @@ def main(argv=None) -> int:
   from .xla import compile_options, set_cpu_flags
   set_cpu_flags(args.devices)  # before any JAX computation (see mjx_py.xla)
   xml = _prepare_xml(args.model, args.smooth)
-  opts = compile_options(not args.full_opt)
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '
         f'x64 {jax.config.jax_enable_x64}  nstep {args.nstep}'
-        + ('  XLA defaults' if args.full_opt else '  FAST_COMPILE'))
+        + ('  XLA defaults' if args.full_opt else
+           '  FAST_COMPILE (batches: + NO_LIBRARY_FUSIONS)'))
   print(f"{'batch':>6} {'ours steps/s':>14} {'compile s':>10}")
   for batch in args.batch:
     c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-                          compiler_options=opts, repeat=args.repeat, nconmax=args.nconmax)
+                          compiler_options=compile_options(not args.full_opt, batched=batch > 1),
+                          repeat=args.repeat, nconmax=args.nconmax)
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
   if args.grad:
     cs, cg, tf, tg, temp = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model),
-                                     compiler_options=opts, remat=args.remat)
+                                     compiler_options=compile_options(not args.full_opt),
+                                     remat=args.remat)
     temp = '' if temp is None else f', temporary buffers {temp:.1f} MB'
     print(f'grad through {args.grad} steps{" (remat)" if args.remat else ""}: step compile '
           f'{cs:.2f} s, grad compile {cg:.2f} s, forward {tf * 1e3:.1f} ms, grad '

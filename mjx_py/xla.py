@@ -99,6 +99,7 @@ import numpy as np
 
 FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False,
                 'xla_disable_hlo_passes': 'tree_reduction_rewriter'}
+NO_LIBRARY_FUSIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}
 CPU_XLA_FLAGS = ('--xla_backend_extra_options='
                  'xla_cpu_small_while_loop_byte_threshold=1048576')
 DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'
@@ -126,28 +127,56 @@ def full_precision(fn):
   return wrapped
 
 
-def compile_options(fast: bool = True) -> dict | None:
-  """FAST_COMPILE when ``fast``, JAX's default backend is the CPU and it accepts the option
-  (fast_compile_supported), else None (XLA's defaults): the compiler_options the main job and
-  the benchmark scripts pass."""
-  if fast and jax.default_backend() == 'cpu' and fast_compile_supported():
-    return dict(FAST_COMPILE)
-  return None
+def compile_options(fast: bool = True, batched: bool = False) -> dict | None:
+  """mjx_py's XLA:CPU compile options, when ``fast`` and JAX's default backend is the CPU:
+  FAST_COMPILE, and for a program that steps a batch of worlds (``batched``) also
+  NO_LIBRARY_FUSIONS, each where that backend accepts it (fast_compile_supported,
+  no_library_fusions_supported; see the module docstring). None (XLA's defaults) when
+  ``fast`` is False, on an accelerator, or when the CPU accepts none of them. The
+  compiler_options the main job and the benchmark scripts pass."""
+  if not fast or jax.default_backend() != 'cpu':
+    return None
+  options = {}
+  if fast_compile_supported():
+    options.update(FAST_COMPILE)
+  if batched and no_library_fusions_supported():
+    options.update(NO_LIBRARY_FUSIONS)
+  return options or None
+
+
+def option_groups(options: dict | None) -> list:
+  """The names of mjx_py's option sets ('FAST_COMPILE', 'NO_LIBRARY_FUSIONS') that the compile
+  options ``options`` include."""
+  groups = (('FAST_COMPILE', FAST_COMPILE), ('NO_LIBRARY_FUSIONS', NO_LIBRARY_FUSIONS))
+  return [name for name, g in groups if options and g.items() <= options.items()]
+
+
+def _cpu_accepts(options: dict) -> bool:
+  """Whether the CPU backend's XLA accepts the compile options ``options``: a one-operation
+  program compiled with them. Starts JAX's backends."""
+  cpu = jax.devices('cpu')[0]
+  try:
+    jax.jit(lambda x: x + 1).lower(jax.device_put(np.float32(0), cpu)).compile(
+        compiler_options=options)
+  except Exception as e:  # noqa: BLE001  (jaxlib raises its own runtime error type)
+    if 'compile option' in str(e) or 'not a valid enum value' in str(e):
+      return False
+    raise
+  return True
 
 
 @functools.cache
 def fast_compile_supported() -> bool:
-  """Whether the CPU backend's XLA has FAST_COMPILE's option (see the module docstring): a
-  one-operation program compiled with it, once per process. Starts JAX's backends."""
-  cpu = jax.devices('cpu')[0]
-  try:
-    jax.jit(lambda x: x + 1).lower(jax.device_put(np.float32(0), cpu)).compile(
-        compiler_options=FAST_COMPILE)
-  except Exception as e:  # noqa: BLE001  (jaxlib raises its own runtime error type)
-    if 'compile option' in str(e):
-      return False
-    raise
-  return True
+  """Whether the CPU backend's XLA has FAST_COMPILE's options (see the module docstring),
+  asked once per process."""
+  return _cpu_accepts(FAST_COMPILE)
+
+
+@functools.cache
+def no_library_fusions_supported() -> bool:
+  """Whether the CPU backend's XLA has NO_LIBRARY_FUSIONS's option (see the module
+  docstring), asked once per process."""
+  return _cpu_accepts(NO_LIBRARY_FUSIONS)
 
 
 def cpu_count() -> int:
@@ -264,6 +293,8 @@ def lower_paused(jitted, *args, **kwargs):
     return jitted.lower(*args, **kwargs)
 
 
-__all__ = ['FAST_COMPILE', 'CPU_XLA_FLAGS', 'DEVICE_COUNT_FLAG', 'compile_options',
-           'fast_compile_supported', 'cpu_count', 'gc_paused', 'lower_paused',
-           'set_cpu_flags', 'default_cache_dir', 'enable_compile_cache']
+__all__ = ['FAST_COMPILE', 'NO_LIBRARY_FUSIONS', 'CPU_XLA_FLAGS', 'DEVICE_COUNT_FLAG',
+           'compile_options', 'option_groups', 'fast_compile_supported',
+           'no_library_fusions_supported',
+           'cpu_count', 'gc_paused', 'lower_paused', 'set_cpu_flags', 'default_cache_dir',
+           'enable_compile_cache']

@@ -123,15 +123,32 @@ def test_loading_and_make_data_compile_nothing():
 
 def test_fast_compile_options():
   """compile_options gives FAST_COMPILE on a CPU backend whose XLA has the option (jaxlib
-  0.10.2's), None elsewhere (an accelerator, jaxlib 0.11.2's XLA:CPU); the probe tells an
+  0.10.2's), and with batched=True also NO_LIBRARY_FUSIONS where XLA has that one, None
+  elsewhere (an accelerator, jaxlib 0.11.2's XLA:CPU for FAST_COMPILE); the probe tells an
   unknown option apart."""
   import mjx_py.xla as xla
   assert mjx_py.FAST_COMPILE == {'xla_cpu_use_fusion_emitters': False,
                                  'xla_disable_hlo_passes': 'tree_reduction_rewriter'}
+  assert xla.NO_LIBRARY_FUSIONS == {'xla_cpu_experimental_ynn_fusion_type': ''}
   supported = xla.fast_compile_supported()
-  assert xla.compile_options() == (mjx_py.FAST_COMPILE if supported and
-                                   jax.default_backend() == 'cpu' else None)
-  assert xla.compile_options(False) is None
+  on_cpu = jax.default_backend() == 'cpu'
+  assert xla.compile_options() == (mjx_py.FAST_COMPILE if supported and on_cpu else None)
+  batched = xla.compile_options(batched=True)
+  expect = {**(mjx_py.FAST_COMPILE if supported else {}),
+            **(xla.NO_LIBRARY_FUSIONS if xla.no_library_fusions_supported() else {})}
+  assert batched == ((expect or None) if on_cpu else None)
+  assert xla.option_groups(batched) == [k for k, g in (('FAST_COMPILE', mjx_py.FAST_COMPILE),
+                                        ('NO_LIBRARY_FUSIONS', xla.NO_LIBRARY_FUSIONS))
+                                        if g.items() <= (batched or {}).items()]
+  assert xla.compile_options(False) is None and xla.compile_options(False, batched=True) is None
+  if xla.no_library_fusions_supported():
+    # a short sum over a batch of 3-vectors (safe_norm's pattern) goes to a YNNPACK library
+    # fusion by default; NO_LIBRARY_FUSIONS keeps it in XLA's own fused loop, same values
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((256, 14, 3)), jnp.float32)
+    lowered = jax.jit(lambda x: jnp.sqrt(jnp.sum(x * x, axis=-1))).lower(x)
+    own = lowered.compile(xla.NO_LIBRARY_FUSIONS)
+    assert '__ynn_fusion' not in own.as_text()
+    np.testing.assert_allclose(own(x), np.linalg.norm(np.asarray(x), axis=-1), rtol=1e-6)
   if supported:
     f = jax.jit(lambda x: jnp.sin(x) * 2, compiler_options=mjx_py.FAST_COMPILE)
     np.testing.assert_allclose(f(jnp.ones(3)), 2 * np.sin(np.ones(3)), rtol=1e-6)
@@ -341,7 +358,7 @@ def test_main_job_prints_summary(capsys):
   out = captured.out
   assert 'nq=' in out and 'jit compile' in out and 'env-steps/s' in out
   if mjx_py.xla.fast_compile_supported():                    # the main job's default on CPU
-    assert '(mjx_py.FAST_COMPILE)' in out
+    assert '(mjx_py.FAST_COMPILE' in out
   assert 'peak memory' in out and 'warnings raised: 0' in out
   m = mjx_py.from_xml_path(cartpole)
   assert re.search(rf'capacity used: at most \d+ of nconmax={m.nconmax} contacts and \d+ of '
