@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mjx_py import testspeed
-from mjx_py.xla import compile_options, lower_paused, set_cpu_flags
+from mjx_py.xla import lower_paused, set_cpu_flags
 
 
 def _time_mujoco(xml: str, batch: int, nstep: int, threads: int, repeat: int):
@@ -161,8 +161,8 @@ def main():
   for batch in args.batch:
     c, sps = testspeed.time_rollout(
         xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-        compiler_options=compile_options(not args.full_opt, batched=batch > 1), repeat=args.repeat,
-        nconmax=args.nconmax)
+        compiler_options=testspeed.compile_options_for(batch, not args.full_opt),
+        repeat=args.repeat, nconmax=args.nconmax)
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
     c1 = _time_mujoco(xml, batch, args.nstep, 1, args.repeat)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu, args.repeat)

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import mjx_py
-from mjx_py import massprops, setconst
+from mjx_py import massprops, setconst, testspeed
 
 RANDOMIZED = ('geom_size', 'geom_density', 'geom_friction', 'actuator_gear')
 
@@ -93,7 +93,8 @@ def main():
     # each device (one per CPU core, set_cpu_flags) steps its block of worlds on its own; the
     # Model's per-world fields and the controls are split along their batch axes
     run = mjx_py.shard_worlds(run, in_axes=(axes, 0, 1))
-  run = jax.jit(run, compiler_options=mjx_py.xla.compile_options(batched=True))
+  # FAST_COMPILE, and NO_LIBRARY_FUSIONS for 32 or more worlds per device (mjx_py.xla)
+  run = jax.jit(run, compiler_options=testspeed.compile_options_for(args.batch))
   t0 = time.perf_counter()
   compiled = mjx_py.xla.lower_paused(run, models, d, ctrls).compile()
   compile_s = time.perf_counter() - t0

@@ -145,7 +145,7 @@ def main():
   t0 = time.perf_counter()
   scan = jax.jit(lambda d: jax.lax.scan(lambda d, _: (f1(d), None), d, None, length=ns)[0])
   fn = mjx_py.xla.lower_paused(scan, d).compile(
-      compiler_options=mjx_py.xla.compile_options(True, batched=B > 1) if on_cpu else None)
+      compiler_options=mjx_py.xla.compile_options(True, batch=B) if on_cpu else None)
   print(f'{os.path.basename(args.model)}, batch {B}, {ns}-step scan on '
         f'{jax.devices()[0].platform}: compiled in {time.perf_counter() - t0:.1f} s')
   jax.block_until_ready(fn(d))

@@ -128,7 +128,7 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   import jax
 
   from . import testspeed
-  from .xla import compile_options, enable_compile_cache, lower_paused, option_groups
+  from .xla import enable_compile_cache, lower_paused, option_groups
   events = []
   if cache:
     cache_dir = enable_compile_cache()
@@ -151,7 +151,7 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   print('simulating ' + ('without constraints' if smooth else 'with contacts and constraints')
         + f' on {testspeed.device_name()}: {batch} worlds x {nchunk * chunk} steps{split}')
   t0 = time.perf_counter()
-  options = compile_options(fast_compile, batched=batch > 1)
+  options = testspeed.compile_options_for(batch, fast_compile)
   # traced and lowered with Python's collector paused (mjx_py.xla.gc_paused)
   fn = lower_paused(jax.jit(fn), d, ctrl[0], peak).compile(compiler_options=options)
   jit_s = time.perf_counter() - t0

@@ -118,6 +118,19 @@ def batched_rollout(m, peaks: bool = False):
   return rollout_peaks if peaks else rollout
 
 
+def worlds_per_device(batch: int) -> int:
+  """The worlds each device steps when per_device splits ``batch`` worlds (all of them on one
+  device when they do not split evenly)."""
+  ndev = len(jax.devices())
+  return batch // ndev if ndev > 1 and batch % ndev == 0 else batch
+
+
+def compile_options_for(batch: int, fast: bool = True):
+  """mjx_py.xla.compile_options for a rollout of ``batch`` worlds run by per_device."""
+  from mjx_py.xla import compile_options
+  return compile_options(fast, batch=worlds_per_device(batch))
+
+
 def per_device(fn, batch: int, in_axes=0, out_axes=0):
   """(fn', place, ndev): ``fn`` (a batched function of ``batch`` worlds) run by
   mjx_py.shard_worlds on every device of JAX's default backend when there are several and
@@ -247,7 +260,7 @@ def main(argv=None) -> int:
   print(f"{'batch':>6} {'ours steps/s':>14} {'compile s':>10}")
   for batch in args.batch:
     c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-                          compiler_options=compile_options(not args.full_opt, batched=batch > 1),
+                          compiler_options=compile_options_for(batch, not args.full_opt),
                           repeat=args.repeat, nconmax=args.nconmax)
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
   if args.grad:

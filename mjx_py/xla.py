@@ -100,6 +100,8 @@ import numpy as np
 FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False,
                 'xla_disable_hlo_passes': 'tree_reduction_rewriter'}
 NO_LIBRARY_FUSIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}
+# worlds per device from which compile_options adds NO_LIBRARY_FUSIONS (see the docstring)
+LIBRARY_FUSIONS_MIN_BATCH = 32
 CPU_XLA_FLAGS = ('--xla_backend_extra_options='
                  'xla_cpu_small_while_loop_byte_threshold=1048576')
 DEVICE_COUNT_FLAG = '--xla_force_host_platform_device_count'
@@ -127,19 +129,20 @@ def full_precision(fn):
   return wrapped
 
 
-def compile_options(fast: bool = True, batched: bool = False) -> dict | None:
+def compile_options(fast: bool = True, batch: int = 1) -> dict | None:
   """mjx_py's XLA:CPU compile options, when ``fast`` and JAX's default backend is the CPU:
-  FAST_COMPILE, and for a program that steps a batch of worlds (``batched``) also
-  NO_LIBRARY_FUSIONS, each where that backend accepts it (fast_compile_supported,
-  no_library_fusions_supported; see the module docstring). None (XLA's defaults) when
-  ``fast`` is False, on an accelerator, or when the CPU accepts none of them. The
-  compiler_options the main job and the benchmark scripts pass."""
+  FAST_COMPILE, and for a program that steps at least LIBRARY_FUSIONS_MIN_BATCH worlds on
+  each device (``batch``: the worlds one device's program steps) also NO_LIBRARY_FUSIONS,
+  each where that backend accepts it (fast_compile_supported, no_library_fusions_supported;
+  see the module docstring). None (XLA's defaults) when ``fast`` is False, on an
+  accelerator, or when the CPU accepts none of them. The compiler_options the main job and
+  the benchmark scripts pass."""
   if not fast or jax.default_backend() != 'cpu':
     return None
   options = {}
   if fast_compile_supported():
     options.update(FAST_COMPILE)
-  if batched and no_library_fusions_supported():
+  if batch >= LIBRARY_FUSIONS_MIN_BATCH and no_library_fusions_supported():
     options.update(NO_LIBRARY_FUSIONS)
   return options or None
 
@@ -293,8 +296,7 @@ def lower_paused(jitted, *args, **kwargs):
     return jitted.lower(*args, **kwargs)
 
 
-__all__ = ['FAST_COMPILE', 'NO_LIBRARY_FUSIONS', 'CPU_XLA_FLAGS', 'DEVICE_COUNT_FLAG',
-           'compile_options', 'option_groups', 'fast_compile_supported',
-           'no_library_fusions_supported',
-           'cpu_count', 'gc_paused', 'lower_paused', 'set_cpu_flags', 'default_cache_dir',
-           'enable_compile_cache']
+__all__ = ['FAST_COMPILE', 'NO_LIBRARY_FUSIONS', 'LIBRARY_FUSIONS_MIN_BATCH', 'CPU_XLA_FLAGS',
+           'DEVICE_COUNT_FLAG', 'compile_options', 'option_groups', 'fast_compile_supported',
+           'no_library_fusions_supported', 'cpu_count', 'gc_paused', 'lower_paused',
+           'set_cpu_flags', 'default_cache_dir', 'enable_compile_cache']

@@ -123,9 +123,9 @@ def test_loading_and_make_data_compile_nothing():
 
 def test_fast_compile_options():
   """compile_options gives FAST_COMPILE on a CPU backend whose XLA has the option (jaxlib
-  0.10.2's), and with batched=True also NO_LIBRARY_FUSIONS where XLA has that one, None
-  elsewhere (an accelerator, jaxlib 0.11.2's XLA:CPU for FAST_COMPILE); the probe tells an
-  unknown option apart."""
+  0.10.2's), and for LIBRARY_FUSIONS_MIN_BATCH or more worlds per device also
+  NO_LIBRARY_FUSIONS where XLA has that one, None elsewhere (an accelerator, jaxlib 0.11.2's
+  XLA:CPU for FAST_COMPILE); the probe tells an unknown option apart."""
   import mjx_py.xla as xla
   assert mjx_py.FAST_COMPILE == {'xla_cpu_use_fusion_emitters': False,
                                  'xla_disable_hlo_passes': 'tree_reduction_rewriter'}
@@ -133,14 +133,15 @@ def test_fast_compile_options():
   supported = xla.fast_compile_supported()
   on_cpu = jax.default_backend() == 'cpu'
   assert xla.compile_options() == (mjx_py.FAST_COMPILE if supported and on_cpu else None)
-  batched = xla.compile_options(batched=True)
+  batched = xla.compile_options(batch=xla.LIBRARY_FUSIONS_MIN_BATCH)
   expect = {**(mjx_py.FAST_COMPILE if supported else {}),
             **(xla.NO_LIBRARY_FUSIONS if xla.no_library_fusions_supported() else {})}
   assert batched == ((expect or None) if on_cpu else None)
   assert xla.option_groups(batched) == [k for k, g in (('FAST_COMPILE', mjx_py.FAST_COMPILE),
                                         ('NO_LIBRARY_FUSIONS', xla.NO_LIBRARY_FUSIONS))
                                         if g.items() <= (batched or {}).items()]
-  assert xla.compile_options(False) is None and xla.compile_options(False, batched=True) is None
+  assert xla.compile_options(batch=xla.LIBRARY_FUSIONS_MIN_BATCH - 1) == xla.compile_options()
+  assert xla.compile_options(False) is None and xla.compile_options(False, batch=64) is None
   if xla.no_library_fusions_supported():
     # a short sum over a batch of 3-vectors (safe_norm's pattern) goes to a YNNPACK library
     # fusion by default; NO_LIBRARY_FUSIONS keeps it in XLA's own fused loop, same values

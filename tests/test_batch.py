@@ -107,13 +107,14 @@ def test_vmap_over_batched_model_equals_per_world_models():
       return _rollout(mjx_py.set_const(_replace(m, fields)), d0, ctrl)
     # the batched Model through model_axes (what a user writes), against each world's own
     # Model (until stop 40 also a vmap over the dict of fields, equal to 1e-12: a third compile),
-    # compiled with the options for batches (NO_LIBRARY_FUSIONS: reductions and small products
-    # in XLA's own loops rather than YNNPACK's), against per-world programs without them
+    # compiled with the options of large batches (NO_LIBRARY_FUSIONS: reductions and small
+    # products in XLA's own loops rather than YNNPACK's), against per-world programs without
     batched = _replace(m, worlds)
     maxes = mjx_py.model_axes(m, FIELDS)
     qpos, ncon = jax.jit(jax.vmap(lambda mm, c: _rollout(mjx_py.set_const(mm), d0, c),
                                   in_axes=(maxes, 0)),
-                         compiler_options=mjx_py.xla.compile_options(batched=True))(batched, ctrls)
+                         compiler_options=mjx_py.xla.compile_options(
+                             batch=mjx_py.xla.LIBRARY_FUSIONS_MIN_BATCH))(batched, ctrls)
 
     single = jax.jit(one)
     for w in range(NWORLD):
