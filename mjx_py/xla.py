@@ -10,7 +10,8 @@ emitters: the option raises "No such compile option", and ``--xla_cpu_use_fusion
 $XLA_FLAGS ends the process as XLA starts; seen on a lent GPU machine). ``compile_options()``
 gives it only when JAX's default backend is the CPU and that backend accepts it
 (``fast_compile_supported()``, one tiny compile per process), so the main job and the benchmark
-scripts run on either.
+scripts run on either; ``compile_options(batch=B)`` adds NO_LIBRARY_FUSIONS (below) for
+programs of B >= 32 worlds per device.
 
 Measured on the humanoid's step (models/humanoid.xml with contacts, float32, 2-core CPU, jax
 0.10.2): the XLA compile took 4.3 s instead of 6.4 s and the process peaked at 405 MB instead
@@ -36,6 +37,29 @@ steps from 37.8 to 35.8 s; run times within the machine's spread (batch 1024: 4,
 against 4,222-4,980 env-steps/s, batch 1: 1,740-2,196 against 1,386-1,554); float64 100-step
 rollouts differ by rounding (qpos 8.5e-14, qacc 2.0e-10 of 1.6e3). The figures are from a
 machine that ran several times slower than the ones above.
+
+NO_LIBRARY_FUSIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}: XLA:CPU (jaxlib 0.10.2)
+hands some fused kernels to the YNNPACK library (its "library fusions": short reductions such
+as safe_norm's sums of squares, batched small dot products such as make_frame's and the
+quaternion forms' contractions); the option turns them off, so that those kernels are XLA's
+own fused loops. For a batch of worlds that is faster: a library fusion is one thunk call per
+kernel, with its own buffers, where XLA's loop fuses with its neighbours. Measured (float32,
+FAST_COMPILE, 2-core CPU, one device per core; one process, the two programs compiled from
+one lowering and called alternately, 11 calls of a 20-step rollout each, median time ratio
+with the option to without): hopper 0.839 at batch 1024 and 0.934 at 64, humanoid 0.874 at
+1024 and 0.835-0.883 at 64, ant 0.844 at 1024 and 0.906 at 64 (keeping only the library's
+dots: 0.86-0.93; only its reductions: 0.98). compile_options adds it for programs of at least
+LIBRARY_FUSIONS_MIN_BATCH = 32 worlds per device (``batch``), not below: a library fusion
+inside a while loop also keeps XLA:CPU from compiling that loop into one kernel (the small-loop
+threshold below), and without them the loops of a small model's small batch fall under the
+threshold whole, the step's and a rollout's too. One such kernel runs fast but compiles
+slowly: the hopper's batch-1 rollout of 200 steps ran 15,800-22,000 instead of 5,400
+env-steps/s but compiled in 30-35 s instead of 10-12 s, batches of 2 and 8 in 28 and 42 s, its
+gradient through 100 steps in 120 s instead of 30 s (3x faster to run), and the one-world
+step of the hopper and the cart-pole (RK4: the stages' scan became one kernel) in about twice
+the time. The humanoid's batch-1 programs did not change. A 128 KB threshold avoids those
+kernels but takes the humanoid at batch 64 back to its speed with the library fusions, so the
+option is tied to the batch instead.
 
 set_cpu_flags(): adds CPU_XLA_FLAGS to $XLA_FLAGS, which XLA reads once, when it starts (the
 first computation of the process); so call it before any JAX computation. CPU_XLA_FLAGS raises
