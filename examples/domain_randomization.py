@@ -88,8 +88,8 @@ def main():
   ctrls = jax.random.uniform(jax.random.PRNGKey(args.seed + 1), (args.nstep, args.batch, m.nu),
                              minval=lo, maxval=hi, dtype=d.ctrl.dtype)
   run = rollout(m, axes)
-  ndev = len(jax.devices())
-  if ndev > 1 and args.batch % ndev == 0:
+  ndev = testspeed.device_split(args.batch)
+  if ndev > 1:
     # each device (one per CPU core, set_cpu_flags) steps its block of worlds on its own; the
     # Model's per-world fields and the controls are split along their batch axes
     run = mjx_py.shard_worlds(run, in_axes=(axes, 0, 1))

@@ -118,11 +118,16 @@ def batched_rollout(m, peaks: bool = False):
   return rollout_peaks if peaks else rollout
 
 
-def worlds_per_device(batch: int) -> int:
-  """The worlds each device steps when per_device splits ``batch`` worlds (all of them on one
-  device when they do not split evenly)."""
+def device_split(batch: int) -> int:
+  """The devices per_device splits ``batch`` worlds over: every device of JAX's default
+  backend when the batch divides evenly among them, else 1."""
   ndev = len(jax.devices())
-  return batch // ndev if ndev > 1 and batch % ndev == 0 else batch
+  return ndev if ndev > 1 and batch % ndev == 0 else 1
+
+
+def worlds_per_device(batch: int) -> int:
+  """The worlds each device steps when per_device splits ``batch`` worlds."""
+  return batch // device_split(batch)
 
 
 def compile_options_for(batch: int, fast: bool = True):
@@ -138,8 +143,8 @@ def per_device(fn, batch: int, in_axes=0, out_axes=0):
   argument whose batch is on ``axis`` out for fn' (mjx_py.shard_batch; unchanged when fn runs
   whole); ndev the devices used. One device per CPU core comes from mjx_py.xla.set_cpu_flags."""
   import mjx_py
-  ndev = len(jax.devices())
-  if ndev == 1 or batch % ndev:
+  ndev = device_split(batch)
+  if ndev == 1:
     return fn, lambda x, axis=0: x, 1
   mesh = mjx_py.batch_mesh()
   return (mjx_py.shard_worlds(fn, mesh, in_axes, out_axes),
