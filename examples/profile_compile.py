@@ -232,7 +232,7 @@ def main():
   with _Stderr():        # JAX's start and compile_options' probe compile log too: not ours
     m = mjx_py.from_xml_path(args.model)
     fn, arg = program(m, args.batch, args.grad)
-    options = xla.compile_options(batch=max(1, args.batch))
+    options = xla.compile_options(batch=args.batch)
   what = (f'grad through {args.grad} steps' if args.grad else
           f'vmap(step) over {args.batch} worlds' if args.batch else 'step, one world')
   print(f'{os.path.basename(args.model)}: {what}; compile options {options}; '
