@@ -183,23 +183,25 @@ def capacity(rows, nconmax: int, disableflags: int, nv: int) -> int:
 # Impedance and reference: MuJoCo's getsolparam / getimpedance / mj_makeImpedance, elementwise
 
 def _clean_solref(ref, timestep, refsafe: bool, friction: bool = False):
-  """solref (..., 2) as MuJoCo uses it: a mixed-sign pair becomes the default (solreffriction:
-  zero), then timeconst >= 2 timestep for the standard form (refsafe)."""
-  mixed = ((ref[..., 0] > 0) ^ (ref[..., 1] > 0))[..., None]
-  fallback = jnp.zeros_like(ref) if friction else jnp.asarray(DEFAULT_SOLREF, ref.dtype)
-  ref = jnp.where(mixed, fallback, ref)
+  """solref (..., 2) as MuJoCo uses it, as its two columns (timeconst, dampratio) (...): a
+  mixed-sign pair becomes the default (solreffriction: zero), then timeconst >= 2 timestep for
+  the standard form (refsafe). Columns, not a stacked pair: under vmap a (..., 2) array is a
+  strided layout whose writes cost a pass of their own."""
+  tc, dr = ref[..., 0], ref[..., 1]
+  mixed = (tc > 0) ^ (dr > 0)
+  fallback = (0.0, 0.0) if friction else DEFAULT_SOLREF
+  tc, dr = jnp.where(mixed, fallback[0], tc), jnp.where(mixed, fallback[1], dr)
   if refsafe:
-    tc = ref[..., 0]
-    ref = ref.at[..., 0].set(jnp.where(tc > 0, jnp.maximum(tc, 2 * timestep), tc))
-  return ref
+    tc = jnp.where(tc > 0, jnp.maximum(tc, 2 * timestep), tc)
+  return tc, dr
 
 
 def _clean_solimp(imp):
   """solimp (..., 5) clamped as MuJoCo does (d0, dwidth, midpoint in [1e-4, 0.9999], width >=
-  0, power >= 1)."""
+  0, power >= 1), as its five columns (d0, dwidth, width, midpoint, power) (...)."""
   clamp = lambda x: jnp.clip(x, MINIMP, MAXIMP)  # noqa: E731
-  return jnp.stack([clamp(imp[..., 0]), clamp(imp[..., 1]), jnp.maximum(imp[..., 2], 0.0),
-                    clamp(imp[..., 3]), jnp.maximum(imp[..., 4], 1.0)], axis=-1)
+  return (clamp(imp[..., 0]), clamp(imp[..., 1]), jnp.maximum(imp[..., 2], 0.0),
+          clamp(imp[..., 3]), jnp.maximum(imp[..., 4], 1.0))
 
 
 def _power(a, b):
@@ -208,7 +210,8 @@ def _power(a, b):
 
 
 def impedance(solimp, pos, margin):
-  """(imp, imp') of constraints at ``pos - margin`` (elementwise; solimp (..., 5) clamped).
+  """(imp, imp') of constraints at ``pos - margin`` (elementwise; solimp (..., 5) clamped, or
+  its five columns as _clean_solimp gives them).
 
   imp = d0 + y(x) (dwidth - d0), x = |pos - margin| / width: the sigmoid y made of a power
   curve below the midpoint, y = x^p / mid^(p-1), and its mirror above, y = 1 - (1 - x)^p /
@@ -219,7 +222,8 @@ def impedance(solimp, pos, margin):
   rounding apart from pow(u, p) otherwise). The unused branches are evaluated at x = 0.5, so
   gradients stay finite.
   """
-  d0, dw, width, mid, p = (solimp[..., k] for k in range(5))
+  d0, dw, width, mid, p = solimp if isinstance(solimp, tuple) else (solimp[..., k]
+                                                                      for k in range(5))
   flat = (d0 == dw) | (width <= MINVAL)
   w = jnp.where(flat, 1.0, width)
   x = (pos - margin) / w
@@ -244,8 +248,9 @@ def impedance(solimp, pos, margin):
 
 
 def _stiffness_damping(ref, dmax):
-  """(K, B) from a cleaned solref (..., 2) and dwidth (...): standard or direct form."""
-  tc, dr = ref[..., 0], ref[..., 1]
+  """(K, B) from a cleaned solref's columns (timeconst, dampratio) and dwidth (...): standard
+  or direct form."""
+  tc, dr = ref
   k = jnp.where(tc > 0, 1 / jnp.maximum(MINVAL, dmax * dmax * tc * tc * dr * dr),
                 -tc / jnp.maximum(MINVAL, dmax * dmax))
   b = jnp.where(dr > 0, 2 / jnp.maximum(MINVAL, dmax * tc), -dr / jnp.maximum(MINVAL, dmax))
@@ -320,10 +325,12 @@ def _jac_dif(m, d, p1, b1, p2, b2):
   return jp[:n] - jp[n:], jr[:n] - jr[n:]
 
 
-def _contact_jac(m, d, pos, frame, b1, b2):
-  """The contact Jacobians (n, 6, nv): the Jacobian difference body b2 - body b1 at the contact
-  point ``pos`` (n, 3), in the contact frame (rows of ``frame`` (n, 3, 3)): rows normal,
-  tangent1, tangent2 of the translation, then the same axes of the rotation (torsion, rolling).
+def _contact_jac(m, d, pos, frame, b1, b2, nrow: int = 6):
+  """The contact Jacobians (n, nrow, nv): the Jacobian difference body b2 - body b1 at the
+  contact point ``pos`` (n, 3), in the contact frame (rows of ``frame`` (n, 3, 3)): rows
+  normal, tangent1, tangent2 of the translation, then the same axes of the rotation (torsion,
+  rolling), the first ``nrow`` (static) of those six: a contact of condim c uses its first c,
+  so a model whose contacts have condim 3 at most computes no rotation rows.
 
   mj_jac of a point p on body b is, per dof v that moves b, lin_v + ang_v x (p - com_b) for
   the translation and ang_v for the rotation (cdof = [ang, lin], com_b the subtree com of b's
@@ -339,15 +346,19 @@ def _contact_jac(m, d, pos, frame, b1, b2):
   ang, lin = d.cdof[:, :3], d.cdof[:, 3:]                           # (nv, 3)
   off1 = pos - d.subtree_com[m.body_rootid[b1]]                     # (n, 3)
   off2 = pos - d.subtree_com[m.body_rootid[b2]]
-  a1 = jnp.cross(off1[:, None, :], frame)                           # (n, 3 axes, 3)
-  a2 = jnp.cross(off2[:, None, :], frame)
+  ntran = min(nrow, 3)
+  axes = frame[:, :ntran]                                           # (n, ntran, 3)
+  a1 = jnp.cross(off1[:, None, :], axes)                            # (n, ntran, 3)
+  a2 = jnp.cross(off2[:, None, :], axes)
 
   # (n, i, 3) . (nv, 3) -> (n, i, nv), written out as three products (math.matmul_small)
   ang_t, lin_t = ang.T, lin.T
   ds = (s2 - s1)[:, None, :]
-  tran = (ds * math.matmul_small(frame, lin_t) + s2[:, None, :] * math.matmul_small(a2, ang_t)
+  tran = (ds * math.matmul_small(axes, lin_t) + s2[:, None, :] * math.matmul_small(a2, ang_t)
           - s1[:, None, :] * math.matmul_small(a1, ang_t))
-  rot = ds * math.matmul_small(frame, ang_t)
+  if nrow <= 3:
+    return tran
+  rot = ds * math.matmul_small(frame[:, :nrow - 3], ang_t)
   return jnp.concatenate([tran, rot], axis=1)
 
 
@@ -577,8 +588,8 @@ def _limit(m, d) -> list:
 
 
 def _contact(m, d):
-  """Contact rows: ``nr`` candidate rows per contact slot. Returns (Rows, no_dofs (nconmax,)
-  bool: used contacts that no dof moves, sparse mode only)."""
+  """Contact rows: ``nr`` candidate rows per contact slot. Returns (Part, mu (nconmax,): the
+  cones' mu, no_dofs (nconmax,) bool: used contacts that no dof moves, sparse mode only)."""
   nc, nr, nv = m.nconmax, m.efc_rows[3], m.nv
   c = d.contact
   dtype = d.qpos.dtype
@@ -590,18 +601,18 @@ def _contact(m, d):
   fr = jnp.where(used[:, None], c.friction, 1.0)                 # unused slots: finite math
   pyramidal = m.opt.cone == PYRAMIDAL
 
-  rows6 = _contact_jac(m, d, c.pos, frame, b1, b2)                      # (nc, 6, nv)
+  # the frame rows the largest condim uses (pyramidal: nr = 2 (condim - 1) rows; elliptic: nr)
+  cmax = (nr // 2 + 1 if nr > 1 else 1) if pyramidal else nr
+  rows6 = _contact_jac(m, d, c.pos, frame, b1, b2, cmax)                # (nc, cmax, nv)
   r = jnp.arange(nr)
   if pyramidal:
     # rows 2(k-1), 2(k-1)+1: J_normal +- friction[k-1] J_k, k = 1 .. dim-1
-    k = jnp.minimum(r // 2 + 1, 5)
+    k = jnp.minimum(r // 2 + 1, cmax - 1)
     sgn = jnp.where(r % 2 == 0, 1.0, -1.0).astype(dtype)
     edge = rows6[:, :1] + (sgn * fr[:, k - 1])[:, :, None] * rows6[:, k]
     jac = jnp.where((dim == 1)[:, None, None], rows6[:, :1], edge)
     nrow = jnp.where(dim == 1, 1, 2 * (dim - 1))
     ctype = jnp.where(dim == 1, CONTACT_FRICTIONLESS, CONTACT_PYRAMIDAL)
-    pos = jnp.broadcast_to(c.dist[:, None], (nc, nr))
-    margin = jnp.broadcast_to(c.includemargin[:, None], (nc, nr))
   else:
     jac = rows6[:, :nr]
     nrow = dim
@@ -618,99 +629,113 @@ def _contact(m, d):
     active = active & moved
   row_active = active[:, None] & (r[None, :] < nrow[:, None])
 
-  # diagApprox from the bodies' qpos0 inverse weights
+  # impedance per contact (its dist, margin and solimp are its rows'), cleaned solimp columns
+  solimp = _clean_solimp(jnp.where(used[:, None], c.solimp, 0.5))   # unused slots: finite math
+  imp, impp = impedance(solimp, c.dist, c.includemargin)
+  # R: every row's follows from the first row's R_0 = (1 - imp) / imp diagApprox_0, the bodies'
+  # qpos0 inverse weights (translation; a pyramidal frictional contact's first row adds
+  # friction_0^2 times it), see _contact_regularizer
   iw = m.body_invweight0
   tran = iw[b1, 0] + iw[b2, 0]
-  rot = iw[b1, 1] + iw[b2, 1]
+  diag0 = tran * (1 + fr[:, 0] * fr[:, 0]) if pyramidal else tran
+  diag0 = jnp.where(dim == 1, tran, diag0)
+  reg, mu = _contact_regularizer(m, _regularizer(imp, diag0), fr, dim, nr)
+
   if pyramidal:
-    j = jnp.minimum(r // 2, 4)
-    f2 = fr[:, j] * fr[:, j]
-    diag = tran[:, None] + f2 * jnp.where(j < 2, tran[:, None], rot[:, None])
+    # every row of a pyramidal contact has its contact's values: one table entry per contact
+    tc, dr = _clean_solref(c.solref, m.opt.timestep, _refsafe(m))
+    k, b = _stiffness_damping((tc, dr), solimp[1])
+    cols = (k, b, imp, impp, c.dist, c.includemargin, jnp.zeros_like(imp), reg, 1 / reg,
+            reg * imp / (1 - imp))
+    floats = jnp.stack(cols)                                            # (10, nc)
+    ints = jnp.stack([ctype, jnp.arange(nc)]).astype(jnp.int32)         # (2, nc)
   else:
-    diag = jnp.where(r < 3, tran[:, None], rot[:, None])
-  diag = jnp.where((dim == 1)[:, None], tran[:, None], diag)
-
-  # solref per row: elliptic friction rows use solreffriction when it is non-zero (after its own
-  # cleaning: a mixed-sign one becomes zero) and have K = 0
-  ref = jnp.broadcast_to(c.solref[:, None], (nc, nr, 2))
-  fric_row = jnp.zeros((nc, nr), bool)
-  if not pyramidal:
+    # elliptic: the friction rows use solreffriction when it is non-zero (after its own
+    # cleaning: a mixed-sign one becomes zero) and have K = 0; one table entry per row
     fric_row = (r[None, :] > 0) & (dim > 1)[:, None]
-    reff = _clean_solref(c.solreffriction, m.opt.timestep, _refsafe(m), friction=True)
-    own = (jnp.any(reff != 0, axis=1)[:, None] & fric_row)[:, :, None]
-    ref = jnp.where(own, reff[:, None], ref)
-  solimp = jnp.where(used[:, None], c.solimp, 0.5)                # unused slots: finite math
-
-  def rows(x):
-    return jnp.broadcast_to(x[:, None], (nc, nr) + x.shape[1:]).reshape((nc * nr,) + x.shape[1:])
-
+    tc, dr = _clean_solref(c.solref, m.opt.timestep, _refsafe(m))
+    ftc, fdr = _clean_solref(c.solreffriction, m.opt.timestep, _refsafe(m), friction=True)
+    own = ((ftc != 0) | (fdr != 0))[:, None] & fric_row
+    tc = jnp.where(own, ftc[:, None], tc[:, None])
+    dr = jnp.where(own, fdr[:, None], dr[:, None])
+    k, b = _stiffness_damping((tc, dr), solimp[1][:, None])
+    k = jnp.where(fric_row, 0.0, k)
+    imp2 = jnp.broadcast_to(imp[:, None], (nc, nr))
+    cols = (k, b, imp2, jnp.broadcast_to(impp[:, None], (nc, nr)), pos, margin,
+            jnp.zeros((nc, nr), dtype), reg, 1 / reg, reg * imp2 / (1 - imp2))
+    floats = jnp.stack(cols).reshape(len(cols), nc * nr)                # (10, nc nr)
+    ints = jnp.stack([jnp.broadcast_to(ctype[:, None], (nc, nr)),
+                      jnp.broadcast_to(jnp.arange(nc)[:, None], (nc, nr))])
+    ints = ints.reshape(2, nc * nr).astype(jnp.int32)
   n = nc * nr
-  out = Rows(jac.reshape(n, nv), pos.reshape(n), margin.reshape(n), jnp.zeros((n,), dtype),
-             rows(ctype).astype(jnp.int32), rows(jnp.arange(nc, dtype=jnp.int32)),
-             row_active.reshape(n), diag.reshape(n), ref.reshape(n, 2), rows(solimp),
-             rows(c.dist), rows(c.includemargin), fric_row.reshape(n))
-  return out, no_dofs
+  return Part(jac.reshape(n, nv), row_active.reshape(n), floats, ints), mu, no_dofs
 
 
-def _contact_regularizer(m, d, reg):
-  """The frictional contacts' R (nconmax, nr): R_1 = R_0 / impratio, then elliptic R_j = R_1
-  friction_0^2 / friction_{j-1}^2 (j >= 2), pyramidal 2 mu^2 R_0 on every row; and the cone's
-  mu = friction_0 sqrt(R_1 / R_0) (nconmax,)."""
-  c = d.contact
-  nc, nr = reg.shape
-  used = jnp.arange(nc) < d.ncon
-  fr = jnp.where(used[:, None], c.friction, 1.0)
-  dim = jnp.where(used, c.dim, 1)
-  r = jnp.arange(nr)
-  r0 = reg[:, 0]
+def _contact_regularizer(m, r0, fr, dim, nr: int):
+  """The contacts' R from their first row's R_0 (nconmax,): frictionless R_0; frictional R_1 =
+  R_0 / impratio, then elliptic R_j = R_1 friction_0^2 / friction_{j-1}^2 (j >= 2) (nconmax,
+  nr), pyramidal 2 mu^2 R_0 on every row (nconmax,); and the cone's mu = friction_0 sqrt(R_1 /
+  R_0) (nconmax,). fr: the contacts' friction (nconmax, 5); dim their condim (1 for unused
+  slots)."""
   r1 = r0 / jnp.maximum(MINVAL, m.opt.impratio)
   mu = fr[:, 0] * jnp.sqrt(r1 / r0)
+  frictional = dim > 1
   if m.opt.cone == PYRAMIDAL:
-    adjusted = jnp.broadcast_to((2 * mu * mu * r0)[:, None], (nc, nr))
-  else:
-    fj = fr[:, jnp.clip(r - 1, 0, 4)]
-    later = r1[:, None] * fr[:, :1] * fr[:, :1] / (fj * fj)
-    adjusted = jnp.where(r == 0, r0[:, None], jnp.where(r == 1, r1[:, None], later))
-  return jnp.where((dim > 1)[:, None], adjusted, reg), mu
+    return jnp.where(frictional, 2 * mu * mu * r0, r0), mu
+  r = jnp.arange(nr)
+  fj = fr[:, jnp.clip(r - 1, 0, 4)]
+  later = r1[:, None] * fr[:, :1] * fr[:, :1] / (fj * fj)
+  adjusted = jnp.where(r == 0, r0[:, None], jnp.where(r == 1, r1[:, None], later))
+  return jnp.where(frictional[:, None], adjusted, r0[:, None]), mu
 
 
 # ---------------------------------------------------------------------------------------------
 # The stage
+
+# the float columns of a Part's table, in order
+FLOAT_COLUMNS = ('K', 'B', 'imp', 'impp', 'efc_pos', 'efc_margin', 'efc_frictionloss', 'efc_R',
+                 'efc_D', 'efc_diagApprox')
+
+
+class Part(NamedTuple):
+  """Candidate rows of a group after their impedance and regularizer (n rows; t table entries:
+  one per row, or for pyramidal contacts one per contact, shared by its rows). Tables are
+  column-major (a column's entries contiguous under vmap), so that compacting them is a
+  gather along their minor axis."""
+  J: jax.Array             # (n, nv)
+  active: jax.Array        # (n,) bool
+  floats: jax.Array        # (10, t) FLOAT_COLUMNS
+  ints: jax.Array          # (2, t) int32: efc_type, efc_id
+
+
+def _finish(m, rows: Rows) -> Part:
+  """Impedance, stiffness, damping and regularizer of the non-contact rows (each row its own
+  table entry)."""
+  ref = _clean_solref(rows.solref, m.opt.timestep, _refsafe(m))
+  solimp = _clean_solimp(rows.solimp)
+  imp, impp = impedance(solimp, rows.imp_pos, rows.imp_margin)
+  k, b = _stiffness_damping(ref, solimp[1])
+  k = jnp.where(rows.friction, 0.0, k)
+  reg = _regularizer(imp, rows.diag)
+  floats = jnp.stack([k, b, imp, impp, rows.pos, rows.margin, rows.frictionloss, reg, 1 / reg,
+                      reg * imp / (1 - imp)])
+  return Part(rows.J, rows.active, floats, jnp.stack([rows.type, rows.id]).astype(jnp.int32))
+
 
 def _need(m) -> int:
   """The most rows this Model can produce at once (static)."""
   return capacity(m.efc_rows, m.nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
 
 
-def _overflow(m, rows, d):
+def _overflow(m, active, d):
   """MuJoCo's mjWARN_CNSTRFULL: when a world's active rows do not fit the capacity, it gets no
   constraint rows this step (MuJoCo's mj_makeConstraint sets nefc = 0 when the arena cannot
-  hold the rows) and warning_counts[2] grows by 1. Returns (rows, d)."""
+  hold the rows) and warning_counts[2] grows by 1. Returns (active, d)."""
   if _need(m) <= m.nefc_max:
-    return rows, d                    # cannot overflow: skip the test
-  full = jnp.sum(rows.active, dtype=jnp.int32) > m.nefc_max
-  rows = rows._replace(active=rows.active & ~full)
+    return active, d                  # cannot overflow: skip the test
+  full = jnp.sum(active, dtype=jnp.int32) > m.nefc_max
   counts = d.warning_counts.at[WARN_CNSTRFULL].add(full.astype(jnp.int32))
-  return rows, dataclasses.replace(d, warning_counts=counts)
-
-
-def _row_impedance(m, rows, solimp, con_start):
-  """(imp, imp') of every candidate row (solimp cleaned). The contact rows, the last
-  nconmax * nr candidates, share their contact's dist, margin and solimp, so their impedance
-  (the costliest part, powers) is computed once per contact and broadcast to its rows (the
-  humanoid: 54 contacts instead of 216 rows)."""
-  if con_start is None:
-    return impedance(solimp, rows.imp_pos, rows.imp_margin)
-  nc, nr = m.nconmax, m.efc_rows[3]
-
-  def first(x):                       # each contact's first row (nc, ...)
-    return x[con_start:].reshape((nc, nr) + x.shape[1:])[:, 0]
-
-  imp_c, impp_c = impedance(first(solimp), first(rows.imp_pos), first(rows.imp_margin))
-  imp_o, impp_o = impedance(solimp[:con_start], rows.imp_pos[:con_start],
-                            rows.imp_margin[:con_start])
-  return tuple(jnp.concatenate([o, jnp.repeat(c, nr)]) for o, c in ((imp_o, imp_c),
-                                                                      (impp_o, impp_c)))
+  return active & ~full, dataclasses.replace(d, warning_counts=counts)
 
 
 def make_constraint(m, d):
@@ -721,7 +746,7 @@ def make_constraint(m, d):
   zero = jnp.zeros((), jnp.int32)
   contact = dataclasses.replace(d.contact, efc_address=jnp.full_like(d.contact.efc_address, -1))
   parts, counts = [], {'ne': zero, 'nf': zero, 'nl': zero}
-  con_start = None
+  con = None
   if not flags & DSBL_CONSTRAINT and m.nv and cap:
     if not flags & DSBL_EQUALITY and m.neq:
       parts.append(('ne', _equality(m, d)))
@@ -730,81 +755,75 @@ def make_constraint(m, d):
     if not flags & DSBL_LIMIT:
       parts += [('nl', p) for p in _limit(m, d)]
     if not flags & DSBL_CONTACT and m.nconmax and m.ncandidate:
-      con_rows, no_dofs = _contact(m, d)
-      con_start = sum(p.active.shape[0] for _, p in parts)
-      parts.append((None, con_rows))
-  if not parts:
+      con = _contact(m, d)
+  if not parts and con is None:
     return project_constraint(m, reference_constraint(m, _write(m, d, None, cap, contact,
                                                                 counts)))
-
-  rows = Rows(*(jnp.concatenate(f) for f in zip(*(p for _, p in parts))))
-  rows, d = _overflow(m, rows, d)
   for name in counts:
     active = [p.active for key, p in parts if key == name]
     if active:
       counts[name] = jnp.sum(jnp.concatenate(active), dtype=jnp.int32)
 
-  # impedance, stiffness, damping and regularizer of every candidate row at once
-  ref = _clean_solref(rows.solref, m.opt.timestep, _refsafe(m))
-  solimp = _clean_solimp(rows.solimp)
-  imp, impp = _row_impedance(m, rows, solimp, con_start)
-  k, b = _stiffness_damping(ref, solimp[:, 1])
-  k = jnp.where(rows.friction, 0.0, k)
-  reg = _regularizer(imp, rows.diag)
-  if con_start is not None:
-    # frictional contacts: R of the friction rows, and per contact its first row's place after
-    # compaction, the cone's mu, exclude = 3 when it moves no dof (sparse mode)
+  groups = []
+  if parts:
+    groups.append(_finish(m, Rows(*(jnp.concatenate(f) for f in zip(*(p for _, p in parts))))))
+  con_start = groups[0].active.shape[0] if parts else 0
+  if con is not None:
+    con_part, mu, no_dofs = con
+    groups.append(con_part)
+  active, d = _overflow(m, jnp.concatenate([g.active for g in groups]), d)
+  if con is not None:
+    # per contact: its first row's place after compaction, the cone's mu, exclude = 3 when it
+    # moves no dof (sparse mode)
     nc, nr = m.nconmax, m.efc_rows[3]
-    end = con_start + nc * nr
-    con_reg, mu = _contact_regularizer(m, d, reg[con_start:end].reshape(nc, nr))
-    reg = reg.at[con_start:end].set(con_reg.reshape(-1))
-    dest = math.cumsum_int(rows.active) - 1
+    dest = math.cumsum_int(active) - 1
     first = con_start + nr * jnp.arange(nc)
-    has_rows = rows.active[first]
+    has_rows = active[first]
     contact = dataclasses.replace(
         contact, efc_address=jnp.where(has_rows, dest[first], -1).astype(jnp.int32),
         mu=jnp.where(has_rows & (contact.dim > 1), mu, contact.mu),
         exclude=jnp.where(no_dofs, 3, contact.exclude).astype(jnp.int32))
-  kbip = jnp.stack([k, b, imp, impp], axis=-1)
-  d = reference_constraint(m, _write(m, d, (rows, reg, kbip), cap, contact, counts))
+  d = reference_constraint(m, _write(m, d, (groups, active, con_start), cap, contact, counts))
   return project_constraint(m, d)
 
 
 def _write(m, d, rows, cap, contact, counts):
-  """Compacts the active candidate rows, in order, into the efc buffers (rows: (Rows, R,
-  KBIP), or None when the model has none)."""
+  """Compacts the active candidate rows, in order, into the efc buffers (rows: (the Parts,
+  their rows' active (n,), the first contact row), or None when the model has none)."""
   if rows is None:
     dtype = d.qpos.dtype
     fields = {'efc_J': jnp.zeros((cap, m.nv), dtype), 'efc_KBIP': jnp.zeros((cap, 4), dtype),
               'efc_type': jnp.full((cap,), EFC_UNUSED, jnp.int32),
               'efc_id': jnp.full((cap,), EFC_UNUSED, jnp.int32)}
-    for name in ('efc_pos', 'efc_margin', 'efc_frictionloss', 'efc_diagApprox', 'efc_D',
-                 'efc_R'):
+    for name in FLOAT_COLUMNS[4:]:
       fields[name] = jnp.zeros((cap,), dtype)
     return dataclasses.replace(d, contact=contact, nefc=jnp.zeros((), jnp.int32), **counts,
                                **fields)
-  rows, reg, kbip = rows
-  n = rows.active.shape[0]
+  groups, active, con_start = rows
+  n = active.shape[0]
   # the active rows' indices in order, then n (the fill row) for the unused buffer rows
-  sel = math.nonzero_first(rows.active, cap, n)
-  imp = kbip[:, 2]
-  # three gathers, from tables with a fill row appended (a handful of program operations
-  # instead of a bounds-checked take per field): the Jacobian rows, the other float fields
-  # and the int fields. The Jacobian has a table of its own: a table of all the float fields
-  # costs a concatenation of (n, nv + 10) with narrow columns, a slow copy (15 ms of a
-  # humanoid step at batch 1024 on CPU), where padding J by a row fuses into its gather
-  def gather(table, fill):
-    return jnp.concatenate([table, jnp.full((1, table.shape[1]), fill, table.dtype)])[sel]
-  cols = [kbip] + [x[:, None] for x in (rows.pos, rows.margin, rows.frictionloss, reg, 1 / reg,
-                                        reg * imp / (1 - imp))]
-  table = gather(jnp.concatenate(cols, axis=1), 0)
-  ints = gather(jnp.stack([rows.type, rows.id], axis=1).astype(jnp.int32), EFC_UNUSED)
-  fields = {'efc_type': ints[:, 0], 'efc_id': ints[:, 1], 'efc_J': gather(rows.J, 0),
-            'efc_KBIP': table[:, :4]}
-  for k, name in enumerate(('efc_pos', 'efc_margin', 'efc_frictionloss', 'efc_R', 'efc_D',
-                            'efc_diagApprox')):
-    fields[name] = table[:, 4 + k]
-  nefc = jnp.sum(rows.active, dtype=jnp.int32)
+  sel = math.nonzero_first(active, cap, n)
+  # each row's table entry: the non-contact rows' own; a contact row's, its row or (pyramidal
+  # tables, one entry per contact) its contact's; the fill entry (zeros, EFC_UNUSED) last
+  entries = sum(g.floats.shape[1] for g in groups)
+  src = sel
+  if groups[-1].floats.shape[1] != groups[-1].active.shape[0]:
+    nr = m.efc_rows[3]
+    src = jnp.where(sel < con_start, sel, con_start + (sel - con_start) // nr)
+  src = jnp.where(sel >= n, entries, src)
+  # three gathers: the Jacobian rows (padded by a zero row, which fuses into the gather), and
+  # the float and int tables along their minor axis
+  jac = jnp.concatenate([g.J for g in groups] + [jnp.zeros((1, m.nv), groups[0].J.dtype)])
+  floats = jnp.concatenate([g.floats for g in groups]
+                           + [jnp.zeros((len(FLOAT_COLUMNS), 1), groups[0].floats.dtype)],
+                           axis=1)[:, src]
+  ints = jnp.concatenate([g.ints for g in groups] + [jnp.full((2, 1), EFC_UNUSED, jnp.int32)],
+                         axis=1)[:, src]
+  fields = {'efc_type': ints[0], 'efc_id': ints[1], 'efc_J': jac[sel],
+            'efc_KBIP': jnp.stack([floats[0], floats[1], floats[2], floats[3]], axis=-1)}
+  for k, name in enumerate(FLOAT_COLUMNS[4:]):
+    fields[name] = floats[4 + k]
+  nefc = jnp.sum(active, dtype=jnp.int32)
   return dataclasses.replace(d, contact=contact, nefc=nefc, **counts, **fields)
 
 
