@@ -66,6 +66,15 @@ drops a step's constraints when its arena is full (MuJoCo sizes its arena in byt
 row count at which it overflows is not the same). Unused rows have efc_type = efc_id = -1 and
 every float 0 (D = 0, so a solver that reads the whole buffer gives them no weight).
 
+Compaction. The non-contact rows (equality, friction loss, limits) and the contact rows are two
+groups (``Part``); each computes its rows' impedance, K, B and R and writes them as a
+column-major table (10 float columns, FLOAT_COLUMNS, and efc_type / efc_id), one entry per row,
+or for pyramidal contacts one per contact: every row of a pyramidal contact has its contact's
+dist, margin, impedance, K, B and R (R of every row is 2 mu^2 R_0, from the first row's
+diagApprox), so those columns are computed once per contact (the humanoid: 54 entries instead of
+216). The active rows' indices (math.nonzero_first) gather the Jacobian rows and each row's
+table entry into the efc buffers.
+
 Gradients: the selection (which rows are active, their order) carries none; the values do, and
 stay finite at singular points (zero residual norms, zero ball-joint angles, saturated or flat
 impedance, unused contact slots): every branch is evaluated at safe arguments.
