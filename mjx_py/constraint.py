@@ -654,9 +654,7 @@ def _contact(m, d):
     # every row of a pyramidal contact has its contact's values: one table entry per contact
     tc, dr = _clean_solref(c.solref, m.opt.timestep, _refsafe(m))
     k, b = _stiffness_damping((tc, dr), solimp[1])
-    cols = (k, b, imp, impp, c.dist, c.includemargin, jnp.zeros_like(imp), reg, 1 / reg,
-            reg * imp / (1 - imp))
-    floats = jnp.stack(cols)                                            # (10, nc)
+    floats = _table(k, b, imp, impp, c.dist, c.includemargin, jnp.zeros_like(imp), reg)
     ints = jnp.stack([ctype, jnp.arange(nc)]).astype(jnp.int32)         # (2, nc)
   else:
     # elliptic: the friction rows use solreffriction when it is non-zero (after its own
@@ -669,10 +667,9 @@ def _contact(m, d):
     dr = jnp.where(own, fdr[:, None], dr[:, None])
     k, b = _stiffness_damping((tc, dr), solimp[1][:, None])
     k = jnp.where(fric_row, 0.0, k)
-    imp2 = jnp.broadcast_to(imp[:, None], (nc, nr))
-    cols = (k, b, imp2, jnp.broadcast_to(impp[:, None], (nc, nr)), pos, margin,
-            jnp.zeros((nc, nr), dtype), reg, 1 / reg, reg * imp2 / (1 - imp2))
-    floats = jnp.stack(cols).reshape(len(cols), nc * nr)                # (10, nc nr)
+    floats = _table(k, b, jnp.broadcast_to(imp[:, None], (nc, nr)),
+                    jnp.broadcast_to(impp[:, None], (nc, nr)), pos, margin,
+                    jnp.zeros((nc, nr), dtype), reg).reshape(len(FLOAT_COLUMNS), nc * nr)
     ints = jnp.stack([jnp.broadcast_to(ctype[:, None], (nc, nr)),
                       jnp.broadcast_to(jnp.arange(nc)[:, None], (nc, nr))])
     ints = ints.reshape(2, nc * nr).astype(jnp.int32)
@@ -717,6 +714,13 @@ class Part(NamedTuple):
   ints: jax.Array          # (2, t) int32: efc_type, efc_id
 
 
+def _table(k, b, imp, impp, pos, margin, frictionloss, reg):
+  """A Part's float table (10, ...) in FLOAT_COLUMNS order, D = 1 / R and diagApprox = R imp /
+  (1 - imp) from R."""
+  return jnp.stack([k, b, imp, impp, pos, margin, frictionloss, reg, 1 / reg,
+                    reg * imp / (1 - imp)])
+
+
 def _finish(m, rows: Rows) -> Part:
   """Impedance, stiffness, damping and regularizer of the non-contact rows (each row its own
   table entry)."""
@@ -726,8 +730,7 @@ def _finish(m, rows: Rows) -> Part:
   k, b = _stiffness_damping(ref, solimp[1])
   k = jnp.where(rows.friction, 0.0, k)
   reg = _regularizer(imp, rows.diag)
-  floats = jnp.stack([k, b, imp, impp, rows.pos, rows.margin, rows.frictionloss, reg, 1 / reg,
-                      reg * imp / (1 - imp)])
+  floats = _table(k, b, imp, impp, rows.pos, rows.margin, rows.frictionloss, reg)
   return Part(rows.J, rows.active, floats, jnp.stack([rows.type, rows.id]).astype(jnp.int32))
 
 
