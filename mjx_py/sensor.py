@@ -387,8 +387,13 @@ def contact_forces(m, d, efc_force):
   adr = con.efc_address
   ok = (jnp.arange(n) < d.ncon) & (adr >= 0)
   dim = con.dim
+  # the forces of each contact's rows: only as many as a contact slot of this model can have
+  # (m.efc_rows[3], static), padded with zeros to the 10 of a condim-6 pyramid (the gather of
+  # single elements is the costly part: about 4 ns an element at batch 1024 on XLA:CPU)
+  nr = max(min(int(m.efc_rows[3]), 10), 1)
   k = jnp.arange(10)
-  rows = efc_force[jnp.clip(adr[:, None] + k, 0, max(efc_force.shape[0] - 1, 0))]
+  rows = efc_force[jnp.clip(adr[:, None] + k[:nr], 0, max(efc_force.shape[0] - 1, 0))]
+  rows = jnp.pad(rows, ((0, 0), (0, 10 - nr)))
   if m.opt.cone == 1:                                          # elliptic: rows are the force
     res = jnp.where(k[:6] < dim[:, None], rows[:, :6], 0.0)
   else:
