@@ -875,6 +875,14 @@ def _row_blocks(P: _Problem):
   return ((used + ROW_BLOCK - 1) // ROW_BLOCK).astype(jnp.int32)
 
 
+def _lead_rows(J, k: int):
+  """J[:, :k] for a batch of row blocks J (B, n, nv), sliced as (B, k nv) prefixes of the
+  flattened rows: XLA:CPU copies those long contiguous runs about twice as fast as a (B, k, nv)
+  slice with its short minor axis (humanoid buckets at batch 1024: 1.25 -> 0.66 ms)."""
+  B, _, nv = J.shape
+  return J.reshape(B, -1)[:, :k * nv].reshape(B, k, nv)
+
+
 def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   """The primal solver's iterations for a batch of worlds (every input has a leading axis B;
   stop_gradient inputs): (final carry, stats), the stats with shape (B, iterations).
@@ -906,7 +914,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   zeros = (jnp.zeros((B,), dtype),) * 3 + (jnp.zeros((B,), jnp.int32),) * 3
   # J's leading rows at each size, copied once per solve (the products cannot read a strided
   # operand); the largest bucket's rows are what a CPU chunk gathers
-  Js = tuple(P.J[:, :k] for k in sizes[:-1]) + (P.J,)
+  Js = tuple(_lead_rows(P.J, k) for k in sizes[:-1]) + (P.J,)
 
   def heads(P, jrows, k):
     return jax.vmap(lambda p, J: _head(p, k, J))(P, jrows(k))
@@ -977,7 +985,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
         Jm = part[0].J
 
         def chunk_rows(k):
-          return Jm[:, :k] if k <= km else P.J[take]
+          return _lead_rows(Jm, k) if k <= km else P.J[take]
 
         # the chunk's own row bucket (its worlds may fit a smaller one than the batch's)
         new, st = iteration(*part, ids >= B, _row_index(sizes, part[0]), chunk_rows)
