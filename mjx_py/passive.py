@@ -35,7 +35,6 @@ import jax
 import jax.numpy as jnp
 
 from . import math, tree
-from .velocity import joint_dofs
 
 FREE, BALL = 0, 1
 GEOM_SPHERE, GEOM_CAPSULE, GEOM_CYLINDER = 2, 3, 5
@@ -71,11 +70,12 @@ def _sub_quat(qa, qb):
 
 
 def _to_dofs(m, values, dtype):
-  """Scatters per-joint 6-slot values (njnt, 6) into a dof vector (nv,) (the slots past
-  velocity.slot_width(m), which no joint of the model has, are left out)."""
-  ids, valid = joint_dofs(m)
-  target = jnp.where(valid, ids, m.nv)
-  return jnp.zeros(m.nv, dtype).at[target].add(values[:, :ids.shape[1]], mode='drop')
+  """Per-joint 6-slot values (njnt, 6) as a dof vector (nv,): each dof takes its joint's
+  slot (dof - jnt_dofadr), a gather (XLA:CPU runs a scatter into the dofs serially)."""
+  if not m.nv:
+    return jnp.zeros((0,), dtype)
+  jnt = m.dof_jntid
+  return values[jnt, jnp.arange(m.nv) - m.jnt_dofadr[jnt]].astype(dtype)
 
 
 def _wrench_to_qfrc(m, d, wrench):

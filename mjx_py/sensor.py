@@ -206,11 +206,32 @@ def _stage_types(m, stage):
 def _run(m, data, types, fns):
   """Evaluates the sensor types ``types`` into data: ``fns[type](ids)`` gives the outputs
   (len(ids), dim) of the sensors ``ids`` (a static index array)."""
+  static = concrete(m.sensor_type) is not None and concrete(m.sensor_adr) is not None
+  idx, vals = [], []
   for t in types:
     ids = _ids(m, t)
-    if ids.size:
-      data = _write(m, data, t, ids, fns[t](jnp.asarray(ids, jnp.int32)))
-  return data
+    if not ids.size:
+      continue
+    out = fns[t](jnp.asarray(ids, jnp.int32))
+    if not static:
+      data = _write(m, data, t, ids, out)
+      continue
+    adr = concrete(m.sensor_adr)[ids]
+    idx.append((adr[:, None] + np.arange(out.shape[1])).ravel())
+    vals.append(out.reshape(-1).astype(data.dtype))
+  if not idx:
+    return data
+  # static addresses: the stage's values in address order, written as one slice where they
+  # are contiguous (they are when a stage's sensors are listed together), else one scatter
+  idx = np.concatenate(idx)
+  order = np.argsort(idx, kind='stable')
+  vals = jnp.concatenate(vals)
+  if not np.array_equal(order, np.arange(order.size)):
+    idx, vals = idx[order], vals[order]
+  lo = int(idx[0])
+  if np.array_equal(idx, np.arange(lo, lo + idx.size)):
+    return jax.lax.dynamic_update_slice(data, vals, (lo,))
+  return data.at[idx].set(vals)
 
 
 def _take(x, i):

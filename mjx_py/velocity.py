@@ -107,14 +107,13 @@ def com_vel(m, d):
   slot = jnp.arange(m.njnt) - m.body_jntadr[m.jnt_bodyid]
   base = cvel[m.body_parentid[m.jnt_bodyid]] + before[m.jnt_bodyid, slot]  # (njnt, 6)
 
-  k = jnp.arange(ids.shape[1])
-  free_rot = is_free[:, None] & (k[None, :] >= 3)
-  free_lin = is_free[:, None] & (k[None, :] < 3)
-  vel = base[:, None, :] + jnp.where(free_rot[..., None], free_trans[:, None, :], 0.0)
-  cdd = jax.vmap(_cross_motion)(vel, d.cdof[ids])                         # (njnt, W, 6)
-  cdd = jnp.where((valid & ~free_lin)[..., None], cdd, 0.0)
-  target = jnp.where(valid, m.jnt_dofadr[:, None] + k[None, :], m.nv)     # padding dropped
-  cdof_dot = jnp.zeros((m.nv, 6), dtype).at[target].set(cdd, mode='drop')
+  # per dof (no scatter): its joint's base velocity, its slot k within the joint
+  jnt = m.dof_jntid
+  k = jnp.arange(m.nv) - m.jnt_dofadr[jnt]
+  free = is_free[jnt]
+  vel = base[jnt] + jnp.where((free & (k >= 3))[:, None], free_trans[jnt], 0.0)   # (nv, 6)
+  cdd = _cross_motion(vel, d.cdof)
+  cdof_dot = jnp.where((free & (k < 3))[:, None], 0.0, cdd)
   return dataclasses.replace(d, cvel=cvel, cdof_dot=cdof_dot)
 
 
