@@ -216,22 +216,18 @@ def _run(m, data, types, fns):
     if not static:
       data = _write(m, data, t, ids, out)
       continue
-    adr = concrete(m.sensor_adr)[ids]
-    idx.append((adr[:, None] + np.arange(out.shape[1])).ravel())
-    vals.append(out.reshape(-1).astype(data.dtype))
-  if not idx:
-    return data
-  # static addresses: the stage's values in address order, written as one slice where they
-  # are contiguous (they are when a stage's sensors are listed together), else one scatter
-  idx = np.concatenate(idx)
-  order = np.argsort(idx, kind='stable')
-  vals = jnp.concatenate(vals)
-  if not np.array_equal(order, np.arange(order.size)):
-    idx, vals = idx[order], vals[order]
-  lo = int(idx[0])
-  if np.array_equal(idx, np.arange(lo, lo + idx.size)):
-    return jax.lax.dynamic_update_slice(data, vals, (lo,))
-  return data.at[idx].set(vals)
+    # static addresses: a type whose sensors' values are contiguous in sensordata (listed
+    # together) is one slice update, the others are written by one scatter at the end
+    at = (concrete(m.sensor_adr)[ids][:, None] + np.arange(out.shape[1])).ravel()
+    flat = out.reshape(-1).astype(data.dtype)
+    if np.array_equal(at, np.arange(at[0], at[0] + at.size)):
+      data = jax.lax.dynamic_update_slice(data, flat, (int(at[0]),))
+    else:
+      idx.append(at)
+      vals.append(flat)
+  if idx:
+    data = data.at[np.concatenate(idx)].set(jnp.concatenate(vals))
+  return data
 
 
 def _take(x, i):

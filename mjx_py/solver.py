@@ -1100,7 +1100,8 @@ def _bucket_rows(J):
   of a humanoid step at batch 1024), as the products cannot read a strided operand. The copy is
   made before the conds, so a batch that takes the full-row branches pays for it unused."""
   k = row_bucket(J.shape[0])
-  return J[:k] if k < J.shape[0] else None
+  # sliced from the flattened rows: under vmap a (B, k nv) prefix copy, see _lead_rows
+  return J.reshape(-1)[:k * J.shape[1]].reshape(k, J.shape[1]) if k < J.shape[0] else None
 
 
 def _rows_product(J, Jk, v, nefc, transpose=False):
