@@ -407,7 +407,11 @@ def _iterations(DP: Dual, F, prm: Params, iterations: int, sweep, first_extra):
   # no rows: nothing to solve (MuJoCo returns before its solvers), 0 iterations
   c0 = (F, state0, DP.nefc == 0, jnp.zeros((B,), jnp.int32))
   stats = tuple(jnp.zeros((iterations,) + z.shape, z.dtype) for z in zeros)
-  _, (F, state, _, niter), stats = lax.while_loop(more, step, (jnp.int32(0), c0, stats))
+  if iterations:
+    _, (F, state, _, niter), stats = lax.while_loop(more, step, (jnp.int32(0), c0, stats))
+  else:
+    # opt.iterations = 0: no sweep runs; the start forces and their states stand
+    _, state, _, niter = c0
   n = DP.ctype.shape[1]
   stats = tuple(jnp.moveaxis(s, 0, 1) for s in stats)
   return Result(F[:, :n], state, niter, *stats)

@@ -1151,7 +1151,11 @@ def _write_data(d, sol: Solution):
   iteration's solver_improvement / solver_gradient (0 when none ran)."""
   last = jnp.maximum(sol.solver_niter - 1, 0)
   ran = sol.solver_niter > 0
-  pick = lambda x: jnp.where(ran, x[last], 0.0).astype(d.solver_improvement.dtype)  # noqa: E731
+  dtype = d.solver_improvement.dtype
+
+  def pick(x):
+    # no statistics rows at all when opt.iterations = 0 (and no noslip): nothing ran
+    return jnp.where(ran, x[last], 0.0).astype(dtype) if x.shape[0] else jnp.zeros((), dtype)
   return dataclasses.replace(
       d, efc_force=sol.efc_force.astype(d.efc_force.dtype), efc_state=sol.efc_state,
       solver_niter=sol.solver_niter, solver_improvement=pick(sol.solver_improvement),

@@ -291,6 +291,21 @@ def test_chunks_give_the_iterates_of_the_whole_batch(case, monkeypatch):
       assert _rel(a, b) < 1e-9
 
 
+@pytest.mark.parametrize('solver_name', ['Newton', 'CG', 'PGS'])
+def test_zero_iterations_keep_the_start_point(solver_name):
+  """opt.iterations = 0 (MuJoCo accepts it): no iteration runs, qacc is the start point of
+  MuJoCo's warm-start choice (Newton, CG) or the warm-started forces (PGS), solver_niter 0 and
+  the iteration statistics empty; the step used to fail to trace (an empty statistics row)."""
+  m, mj = _models(ROWS, f'<option jacobian="dense" solver="{solver_name}" iterations="0"/>')
+  assert m.opt.iterations == 0 and mj.opt.iterations == 0
+  states = _rollout(mj, 30, 10, perturb=(0,))
+  out, sol = jax.device_get(jax.jit(jax.vmap(lambda d: _rows_solve(m, d)))(_batch(m, mj, states)))
+  assert sum(md.nefc for md, _ in states) > 4 * len(states)
+  for k, (md, _) in enumerate(states):
+    _compare(m, mj, md, _pick(out, k), _pick(sol, k), f'{solver_name} iterations 0 state {k}')
+    assert int(sol.solver_niter[k]) == 0 and float(out.solver_improvement[k]) == 0.0
+
+
 # ---------------------------------------------------------------------------------------------
 # Gradients through the whole pipeline up to the solve
 
