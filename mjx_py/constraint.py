@@ -68,12 +68,16 @@ every float 0 (D = 0, so a solver that reads the whole buffer gives them no weig
 
 Compaction. The non-contact rows (equality, friction loss, limits) and the contact rows are two
 groups (``Part``); each computes its rows' impedance, K, B and R and writes them as a
-row-major table (10 float columns, FLOAT_COLUMNS, and efc_type / efc_id), one entry per row,
+row-major table (TABLE_COLUMNS: 10 float columns, then efc_type / efc_id carried as floats),
+one entry per row,
 or for pyramidal contacts one per contact: every row of a pyramidal contact has its contact's
 dist, margin, impedance, K, B and R (R of every row is 2 mu^2 R_0, from the first row's
 diagApprox), so those columns are computed once per contact (the humanoid: 54 entries instead of
 216). The active rows' indices (math.nonzero_first) gather the Jacobian rows and each row's
-table entry into the efc buffers.
+table entry into the efc buffers: two gathers, their indices computed once (an optimization
+barrier; fused into the gathers, XLA:CPU recomputed the index chain for every element moved).
+The hopper's make_constraint at batch 512 on one core went from 4.1 to 2.0 ms of profiled busy
+time (see the README's Benchmarks, stop 49).
 
 Gradients: the selection (which rows are active, their order) carries none; the values do, and
 stay finite at singular points (zero residual norms, zero ball-joint angles, saturated or flat
@@ -93,6 +97,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from . import inertia, math, support
 from .data import EFC_UNUSED, dual_rows
@@ -654,8 +659,8 @@ def _contact(m, d):
     # every row of a pyramidal contact has its contact's values: one table entry per contact
     tc, dr = _clean_solref(c.solref, m.opt.timestep, _refsafe(m))
     k, b = _stiffness_damping((tc, dr), solimp[1])
-    floats = _table(k, b, imp, impp, c.dist, c.includemargin, jnp.zeros_like(imp), reg)
-    ints = jnp.stack([ctype, jnp.arange(nc)], axis=-1).astype(jnp.int32)
+    table = _table(k, b, imp, impp, c.dist, c.includemargin, jnp.zeros_like(imp), reg, ctype,
+                   jnp.arange(nc))
   else:
     # elliptic: the friction rows use solreffriction when it is non-zero (after its own
     # cleaning: a mixed-sign one becomes zero) and have K = 0; one table entry per row
@@ -667,15 +672,13 @@ def _contact(m, d):
     dr = jnp.where(own, fdr[:, None], dr[:, None])
     k, b = _stiffness_damping((tc, dr), solimp[1][:, None])
     k = jnp.where(fric_row, 0.0, k)
-    floats = _table(k, b, jnp.broadcast_to(imp[:, None], (nc, nr)),
-                    jnp.broadcast_to(impp[:, None], (nc, nr)), pos, margin,
-                    jnp.zeros((nc, nr), dtype), reg)
-    ints = jnp.stack([jnp.broadcast_to(ctype[:, None], (nc, nr)),
-                      jnp.broadcast_to(jnp.arange(nc)[:, None], (nc, nr))], axis=-1)
-    floats = floats.reshape(nc * nr, len(FLOAT_COLUMNS))
-    ints = ints.reshape(nc * nr, 2).astype(jnp.int32)
+    table = _table(k, b, jnp.broadcast_to(imp[:, None], (nc, nr)),
+                   jnp.broadcast_to(impp[:, None], (nc, nr)), pos, margin,
+                   jnp.zeros((nc, nr), dtype), reg, jnp.broadcast_to(ctype[:, None], (nc, nr)),
+                   jnp.broadcast_to(jnp.arange(nc)[:, None], (nc, nr)))
+    table = table.reshape(nc * nr, len(TABLE_COLUMNS))
   n = nc * nr
-  return Part(jac.reshape(n, nv), row_active.reshape(n), floats, ints), mu, no_dofs
+  return Part(jac.reshape(n, nv), row_active.reshape(n), table), mu, no_dofs
 
 
 def _contact_regularizer(m, r0, fr, dim, nr: int):
@@ -699,9 +702,11 @@ def _contact_regularizer(m, r0, fr, dim, nr: int):
 # ---------------------------------------------------------------------------------------------
 # The stage
 
-# the float columns of a Part's table, in order
-FLOAT_COLUMNS = ('K', 'B', 'imp', 'impp', 'efc_pos', 'efc_margin', 'efc_frictionloss', 'efc_R',
-                 'efc_D', 'efc_diagApprox')
+# the columns of a Part's table, in order: the float values, then the row's type and id (small
+# integers, exact in the float dtype), so that compacting the rows is one gather of the table
+TABLE_COLUMNS = ('K', 'B', 'imp', 'impp', 'efc_pos', 'efc_margin', 'efc_frictionloss', 'efc_R',
+                 'efc_D', 'efc_diagApprox', 'efc_type', 'efc_id')
+NFLOAT = 10   # the float columns
 
 
 class Part(NamedTuple):
@@ -710,15 +715,17 @@ class Part(NamedTuple):
   row-major (an entry's values contiguous), so that compacting them gathers whole rows."""
   J: jax.Array             # (n, nv)
   active: jax.Array        # (n,) bool
-  floats: jax.Array        # (t, 10) FLOAT_COLUMNS
-  ints: jax.Array          # (t, 2) int32: efc_type, efc_id
+  table: jax.Array         # (t, 12) TABLE_COLUMNS
 
 
-def _table(k, b, imp, impp, pos, margin, frictionloss, reg):
-  """A Part's float table (..., 10) in FLOAT_COLUMNS order, D = 1 / R and diagApprox = R imp /
-  (1 - imp) from R."""
+def _table(k, b, imp, impp, pos, margin, frictionloss, reg, efc_type, efc_id):
+  """A Part's table (..., 12) in TABLE_COLUMNS order, D = 1 / R and diagApprox = R imp /
+  (1 - imp) from R; efc_type and efc_id as floats. Built by one stack: a concatenation along
+  the short minor axis of tables built apart costs XLA:CPU about 10 ns an element."""
+  dtype = k.dtype
   return jnp.stack([k, b, imp, impp, pos, margin, frictionloss, reg, 1 / reg,
-                    reg * imp / (1 - imp)], axis=-1)
+                    reg * imp / (1 - imp), efc_type.astype(dtype), efc_id.astype(dtype)],
+                   axis=-1)
 
 
 def _finish(m, rows: Rows) -> Part:
@@ -730,9 +737,9 @@ def _finish(m, rows: Rows) -> Part:
   k, b = _stiffness_damping(ref, solimp[1])
   k = jnp.where(rows.friction, 0.0, k)
   reg = _regularizer(imp, rows.diag)
-  floats = _table(k, b, imp, impp, rows.pos, rows.margin, rows.frictionloss, reg)
-  return Part(rows.J, rows.active, floats,
-              jnp.stack([rows.type, rows.id], axis=-1).astype(jnp.int32))
+  return Part(rows.J, rows.active,
+              _table(k, b, imp, impp, rows.pos, rows.margin, rows.frictionloss, reg, rows.type,
+                     rows.id))
 
 
 def _need(m) -> int:
@@ -808,7 +815,7 @@ def _write(m, d, rows, cap, contact, counts):
     fields = {'efc_J': jnp.zeros((cap, m.nv), dtype), 'efc_KBIP': jnp.zeros((cap, 4), dtype),
               'efc_type': jnp.full((cap,), EFC_UNUSED, jnp.int32),
               'efc_id': jnp.full((cap,), EFC_UNUSED, jnp.int32)}
-    for name in FLOAT_COLUMNS[4:]:
+    for name in TABLE_COLUMNS[4:NFLOAT]:
       fields[name] = jnp.zeros((cap,), dtype)
     return dataclasses.replace(d, contact=contact, nefc=jnp.zeros((), jnp.int32), **counts,
                                **fields)
@@ -818,25 +825,31 @@ def _write(m, d, rows, cap, contact, counts):
   sel = math.nonzero_first(active, cap, n)
   # each row's table entry: the non-contact rows' own; a contact row's, its row or (pyramidal
   # tables, one entry per contact) its contact's; the fill entry (zeros, EFC_UNUSED) last
-  entries = sum(g.floats.shape[0] for g in groups)
+  entries = sum(g.table.shape[0] for g in groups)
   src = sel
-  if groups[-1].floats.shape[0] != groups[-1].active.shape[0]:
+  if groups[-1].table.shape[0] != groups[-1].active.shape[0]:
+    # (a truncating division of a clamped difference: floor division's sign corrections
+    # are not needed, and both where branches are computed)
     nr = m.efc_rows[3]
-    src = jnp.where(sel < con_start, sel, con_start + (sel - con_start) // nr)
+    src = jnp.where(sel < con_start, sel, con_start + lax.div(jnp.maximum(sel - con_start, 0),
+                                                              jnp.int32(nr)))
   src = jnp.where(sel >= n, entries, src)
-  # three row gathers (each table padded by its fill row, which fuses into the gather): the
-  # Jacobian rows, and the float and int table entries (rows of 10 and 2: a row-major table's
-  # gather copies contiguous rows, where a column-major one's, along its minor axis, cost
-  # 2 ns an element on XLA:CPU; humanoid make_constraint at batch 1024 25.7 -> 19.5 ms)
+  # the indices computed once: fused into a gather, XLA:CPU recomputes them (the whole chain
+  # from the prefix sums) for every element gathered
+  sel, src = lax.optimization_barrier((sel, src))
+  # two row gathers (each table padded by its fill row, which fuses into the gather): the
+  # Jacobian rows and the table entries (row-major tables' gathers copy contiguous rows, where
+  # a column-major one's, along its minor axis, cost 2 ns an element on XLA:CPU; humanoid
+  # make_constraint at batch 1024 25.7 -> 19.5 ms)
+  dtype = groups[0].table.dtype
   jac = jnp.concatenate([g.J for g in groups] + [jnp.zeros((1, m.nv), groups[0].J.dtype)])
-  floats = jnp.concatenate([g.floats for g in groups]
-                           + [jnp.zeros((1, len(FLOAT_COLUMNS)), groups[0].floats.dtype)])[src]
-  ints = jnp.concatenate([g.ints for g in groups]
-                         + [jnp.full((1, 2), EFC_UNUSED, jnp.int32)])[src]
+  fill = jnp.array([[0.0] * NFLOAT + [EFC_UNUSED] * 2], dtype)
+  table = jnp.concatenate([g.table for g in groups] + [fill])[src]
+  ints = table[:, NFLOAT:].astype(jnp.int32)
   fields = {'efc_type': ints[:, 0], 'efc_id': ints[:, 1], 'efc_J': jac[sel],
-            'efc_KBIP': floats[:, :4]}
-  for k, name in enumerate(FLOAT_COLUMNS[4:]):
-    fields[name] = floats[:, 4 + k]
+            'efc_KBIP': table[:, :4]}
+  for k, name in enumerate(TABLE_COLUMNS[4:NFLOAT]):
+    fields[name] = table[:, 4 + k]
   nefc = jnp.sum(active, dtype=jnp.int32)
   return dataclasses.replace(d, contact=contact, nefc=nefc, **counts, **fields)
 

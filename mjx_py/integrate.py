@@ -167,13 +167,18 @@ def implicitfast(m, d):
 _RK4_A0 = np.vstack([np.zeros((1, 3)), RK4_A])
 
 
-def _rk4_scan(m, d, forward_fn, first_stage: int, vel, acc, adot):
+def _rk4_scan(m, d, forward_fn, first_stage: int, vel, acc, adot, sensors_fn=None):
   """RK4's evaluations ``first_stage`` .. 3 as one lax.scan (forward_fn traced once).
 
   Stage i sets qpos = qpos0 (+) h sum_j A[i,j] qvel_j (stage 0: qpos0 itself), qvel, act and
   time likewise, and calls forward_fn; vel, acc, adot (4, n) collect each stage's qvel, qacc
-  and act_dot. Returns (last stage's Data, stage 0's Data (or d when first_stage > 0), vel,
-  acc, adot)."""
+  and act_dot. Returns (last stage's Data, the FIRST_FIELDS of stage 0's Data after
+  ``sensors_fn`` (a dict; d's when first_stage > 0), vel, acc, adot).
+
+  Stage 0's sensors run inside the scan, under a lax.cond on the (unbatched) stage index, and
+  the scan carries only those fields of stage 0: it used to carry the whole of stage 0's Data,
+  selected from each stage's by a jnp.where per field (every stage reading and writing two
+  copies of Data; the hopper's is 12.8 KB a world)."""
   h = m.opt.timestep
   dtype = d.qvel.dtype
   a_tab = jnp.asarray(_RK4_A0, dtype)
@@ -193,12 +198,21 @@ def _rk4_scan(m, d, forward_fn, first_stage: int, vel, acc, adot):
     di = forward_fn(m, di)
     vel, acc, adot = vel.at[i].set(qvel_i), acc.at[i].set(di.qacc), adot.at[i].set(di.act_dot)
     if first_stage == 0:
-      first = jax.tree_util.tree_map(lambda a, b: jnp.where(i == 0, a, b), di, first)
+      first = jax.lax.cond(i == 0, lambda di, _: _first_fields(m, di, sensors_fn),
+                           lambda _, first: first, di, first)
     return (di, first, vel, acc, adot), None
 
-  (last, first, vel, acc, adot), _ = jax.lax.scan(stage, (d, d, vel, acc, adot),
+  first = _first_fields(m, d, None)
+  (last, first, vel, acc, adot), _ = jax.lax.scan(stage, (d, first, vel, acc, adot),
                                                   jnp.arange(first_stage, 4))
   return last, first, vel, acc, adot
+
+
+def _first_fields(m, d, sensors_fn):
+  """{FIRST_FIELDS of d after sensors_fn (None: of d itself)}."""
+  if sensors_fn is not None:
+    d = sensors_fn(m, d)
+  return {f: getattr(d, f) for f in FIRST_FIELDS}
 
 
 def _rk4_advance(m, last, state, vel, acc, adot, keep):
@@ -235,6 +249,10 @@ def rk4(m, d, forward_fn):
 SENSOR_FIELDS = ('sensordata', 'subtree_linvel', 'subtree_angmom', 'cacc', 'cfrc_int',
                  'cfrc_ext')
 
+# what a step keeps of RK4's stage 0 (see rk4_step): the sensor stages' fields, energy, and
+# the qacc and warning counts that the step's qacc check reads
+FIRST_FIELDS = SENSOR_FIELDS + ('energy', 'qacc', 'warning_counts')
+
 
 def rk4_step(m, d, forward_fn, sensors_fn):
   """rk4 from a state whose forward pass has not run: the first evaluation (stage 0) joins the
@@ -243,18 +261,20 @@ def rk4_step(m, d, forward_fn, sensors_fn):
   sensors; sensors_fn(m, d) -> d then runs them on stage 0's pass (they read only fields
   that forward's later stages leave unchanged, so they equal what forward computes in place).
 
-  Returns (the Data after the step, stage 0's pass with its sensors): the step's Data is what
-  forward followed by rk4 gives."""
+  Returns (the Data after the step, d with stage 0's FIRST_FIELDS: its sensors, energy, qacc
+  and warning counts, what the step's qacc check reads): the step's Data is what forward
+  followed by rk4 gives. The sensors run inside the scan (see _rk4_scan). Measured against
+  carrying all of stage 0's Data (one process, alternating calls, batch 1024 over the 2
+  cores): see the README's Benchmarks (stop 49)."""
   dtype = d.qvel.dtype
   vel = jnp.zeros((4, m.nv), dtype)
   acc = jnp.zeros((4, m.nv), dtype)
   adot = jnp.zeros((4, m.na), dtype)
-  last, first, vel, acc, adot = _rk4_scan(m, d, forward_fn, 0, vel, acc, adot)
-  first = sensors_fn(m, first)
-  keep = {f: getattr(first, f) for f in SENSOR_FIELDS}
+  last, first, vel, acc, adot = _rk4_scan(m, d, forward_fn, 0, vel, acc, adot, sensors_fn)
+  keep = {f: first[f] for f in SENSOR_FIELDS}
   if not m.opt.enableflags & ENBL_ENERGY:    # else the stages recompute it, as MuJoCo's
-    keep['energy'] = first.energy
-  return _rk4_advance(m, last, d, vel, acc, adot, keep), first
+    keep['energy'] = first['energy']
+  return _rk4_advance(m, last, d, vel, acc, adot, keep), dataclasses.replace(d, **first)
 
 
 # ---------------------------------------------------------------------------------------------
