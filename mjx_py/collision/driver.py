@@ -109,6 +109,7 @@ GEOM_TYPE_NAMES = ('plane', 'hfield', 'sphere', 'capsule', 'ellipsoid', 'cylinde
 NTYPE = len(GEOM_TYPE_NAMES)
 DSBL_CONSTRAINT, DSBL_CONTACT, DSBL_FILTERPARENT, DSBL_NATIVECCD = 1, 16, 1 << 9, 1 << 16
 ENBL_OVERRIDE, ENBL_MULTICCD = 1, 1 << 4
+PYRAMIDAL = 0          # mjtCone
 MINMU = 1e-5           # mjMINMU
 WARN_CONTACTFULL = 1   # mjtWarning
 # default contact capacity: the sum over the geoms in some candidate pair of a budget by type
@@ -999,8 +1000,12 @@ def collision(m, d):
   from .primitive import frames  # late, as in _routines
   cap = m.nconmax
   dtype = d.geom_xpos.dtype
-  empty = dataclasses.replace(d, contact=empty_contact(cap, dtype),
-                              ncon=jnp.zeros((), jnp.int32))
+  blank = empty_contact(cap, dtype)
+  if m.opt.cone == PYRAMIDAL and d.contact.H.shape == blank.H.shape:
+    # contact.H (the elliptic cones' Hessians) is only written by the elliptic solver: a
+    # pyramidal model keeps the buffer it has (zeros) instead of writing zeros every pass
+    blank = dataclasses.replace(blank, H=d.contact.H)
+  empty = dataclasses.replace(d, contact=blank, ncon=jnp.zeros((), jnp.int32))
   if cap == 0 or m.opt.disableflags & (DSBL_CONSTRAINT | DSBL_CONTACT) or not m.col_groups:
     return empty
   _check_supported(m)
