@@ -782,32 +782,40 @@ class _Carry(NamedTuple):
 
 
 def _warmstart(cfg: _Config, p: _Problem, warm, empty):
-  """qacc to start from: qacc_warmstart unless its cost exceeds qacc_smooth's (MuJoCo's
-  warmstart; disabled: qacc_smooth); qacc_smooth when there are no rows."""
+  """The point to start from and its constraint update: (qacc, jar = J qacc - aref (k,),
+  update of jar). qacc is qacc_warmstart unless its cost exceeds qacc_smooth's (MuJoCo's
+  warmstart; disabled: qacc_smooth); qacc_smooth when there are no rows. Step 0 of the
+  iterations takes the update from here instead of computing it a second time."""
   if not cfg.warmstart:
-    return p.qacc_smooth
-  # the constraint costs at both points in one (vmapped) update; two matrix-vector products
+    jar = p.J @ p.qacc_smooth - p.aref
+    return p.qacc_smooth, jar, _update(p, jar, hessian=cfg.newton)
+  # the constraint updates at both points in one (vmapped) update; two matrix-vector products
   # (a (2, nv) x (nv, N) product ran as a slow small-matrix kernel per world under vmap: 3.4 of
   # the humanoid's ~110 ms per step at batch 1024, against ~0.9 ms for the two products)
   jar = jnp.stack([p.J @ warm, p.J @ p.qacc_smooth]) - p.aref
-  cost_warm, cost_smooth = jax.vmap(lambda x: _update(p, x).cost)(jar)
-  cost_warm = cost_warm + 0.5 * (p.M @ warm - p.qfrc_smooth) @ (warm - p.qacc_smooth)
-  return jnp.where((cost_warm > cost_smooth) | empty, p.qacc_smooth, warm)
+  ups = jax.vmap(lambda x: _update(p, x, hessian=cfg.newton))(jar)
+  cost_warm = ups.cost[0] + 0.5 * (p.M @ warm - p.qfrc_smooth) @ (warm - p.qacc_smooth)
+  smooth = (cost_warm > ups.cost[1]) | empty
+  pick = functools.partial(jax.tree_util.tree_map, lambda x: jnp.where(smooth, x[1], x[0]))
+  return jnp.where(smooth, p.qacc_smooth, warm), pick(jar), pick(ups)
 
 
 def _init(cfg: _Config, n: int, p: _Problem, warm, empty):
-  """The carry of one world before step 0 (which assesses the start point): p on the row
-  bucket's k rows (_head), the carry's rows padded to n."""
+  """The carry of one world before step 0 (which assesses the start point), and the start
+  point's constraint update and J' force, as _constrain gives them: (carry, update, J' force).
+  p on the row bucket's k rows (_head), the carry's rows padded to n."""
   nv = p.J.shape[1]
   nc, nr = p.cone_row.shape
   dtype = p.M.dtype
-  qacc = _warmstart(cfg, p, warm, empty)
+  qacc, jar, up = _warmstart(cfg, p, warm, empty)
   zv = jnp.zeros((nv,), dtype)
   blank = _Update(jnp.zeros((n,), dtype), jnp.full((n,), UNUSED, jnp.int32),
                   jnp.zeros((), dtype), jnp.zeros((nc, nr, nr), dtype))
   Hinv = jnp.zeros((0, 0), dtype) if cfg.newton else linalg.inverse(p.M)
-  return _Carry(qacc, p.M @ qacc, _pad(p.J @ qacc - p.aref, n), blank, jnp.zeros((), dtype),
-                jnp.zeros((), dtype), zv, zv, zv, Hinv, empty, jnp.zeros((), jnp.int32))
+  carry = _Carry(qacc, p.M @ qacc, _pad(jar, n), blank, jnp.zeros((), dtype),
+                 jnp.zeros((), dtype), zv, zv, zv, Hinv, empty, jnp.zeros((), jnp.int32))
+  Jtf = p.J.T @ up.force
+  return carry, up._replace(force=_pad(up.force, n), state=_pad(up.state, n, UNUSED)), Jtf
 
 
 def _prepare_search(p: _Problem, c: _Carry, Jv):
@@ -950,13 +958,14 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   def batch_rows(k):
     return Js[sizes.index(k)]
 
-  C = _on_rows(sizes, index, lambda k: jax.vmap(functools.partial(_init, cfg, n))(
+  C, up0, Jtf0 = _on_rows(sizes, index, lambda k: jax.vmap(functools.partial(_init, cfg, n))(
       heads(P, batch_rows, k), warm, empty))
   # step 0 assesses the start point: the move by 0 along the (zero) search direction, i.e. the
-  # constraint update and gradient at qacc, for the whole batch at once (no direction, no line
-  # search, no chunks); its statistics are zero
-  C, _ = move(P, prm, C, True, zeros[0], jnp.ones((B,), dtype), zeros[3],
-              jnp.zeros_like(C.search), jnp.zeros_like(C.jar), index, batch_rows)
+  # constraint update (_init's, from the warm-start choice) and gradient at qacc, for the whole
+  # batch at once (no direction, no line search, no chunks); its statistics are zero
+  C, _ = jax.vmap(functools.partial(_move, cfg), in_axes=(0, 0, 0, None) + (0,) * 7)(
+      P, prm, C, True, zeros[0], jnp.ones((B,), dtype), zeros[3], jnp.zeros_like(C.search),
+      C.jar, up0, Jtf0)
 
   chunk = _chunk_size(B)
   if chunk >= B:
