@@ -75,6 +75,10 @@ def cumsum_int(x):
   return jax.lax.associative_scan(jnp.add, jnp.asarray(x).astype(jnp.int32))
 
 
+# nonzero_first's direct count: up to this many (mask entries x size) comparisons
+NONZERO_DIRECT = 1 << 16
+
+
 def nonzero_first(mask, size: int, fill_value: int):
   """jnp.nonzero(mask, size=size, fill_value=fill_value)[0] for a 1-D mask, int32 (size,):
   the first ``size`` indices where mask holds, in order, then fill_value. jnp.nonzero's
@@ -82,6 +86,13 @@ def nonzero_first(mask, size: int, fill_value: int):
   j, i.e. the index of the (j+1)-th set entry), with its two prefix sums done by cumsum_int."""
   count = cumsum_int(mask)                                  # (n,) set entries up to i
   total = count[-1] if mask.shape[0] else jnp.int32(0)
+  if mask.shape[0] * size <= NONZERO_DIRECT:
+    # entry j directly as the number of indices with count <= j: one fused compare-and-sum
+    # over (size, n) instead of the scatter-add (a while loop on XLA:CPU) and the second prefix
+    # sum. The hopper's 62 constraint rows at batch 512, make_constraint alone (one device, 8
+    # alternating runs in one process): with SMALL_NV's products 2.2 -> 1.6-1.7 us a world
+    idx = jnp.sum(count[None, :] <= jnp.arange(size)[:, None], axis=1, dtype=jnp.int32)
+    return jnp.where(jnp.arange(size) < total, idx, fill_value).astype(jnp.int32)
   per = jnp.zeros((size,), jnp.int32).at[count].add(1, mode='drop')
   idx = cumsum_int(per)                                     # entries with count <= j
   return jnp.where(jnp.arange(size) < total, idx, fill_value).astype(jnp.int32)
