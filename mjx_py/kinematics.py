@@ -155,8 +155,8 @@ def kinematics(m, d):
   slot = jnp.arange(m.njnt) - m.body_jntadr[m.jnt_bodyid]
   parent = m.body_parentid[m.jnt_bodyid]
   prot = math.quat_to_mat(xquat[parent])
-  xanchor = xpos[parent] + jnp.einsum('nij,nj->ni', prot, local['anchor'][m.jnt_bodyid, slot])
-  xaxis = jnp.einsum('nij,nj->ni', prot, local['axis'][m.jnt_bodyid, slot])
+  xanchor = xpos[parent] + math.matvec_small(prot, local['anchor'][m.jnt_bodyid, slot])
+  xaxis = math.matvec_small(prot, local['axis'][m.jnt_bodyid, slot])
   geom_xpos, geom_xmat = _local_to_global(xpos[m.geom_bodyid], xmat[m.geom_bodyid],
                                           m.geom_pos, m.geom_quat)
   site_xpos, site_xmat = _local_to_global(xpos[m.site_bodyid], xmat[m.site_bodyid],

@@ -259,7 +259,7 @@ def quat_to_mat(q, in_loop: bool = False):
 
 def rot_vec_quat(v, q, in_loop: bool = False):
   """Rotates vector v by unit quaternion q. ``in_loop``: as quat_mul's."""
-  return quat_to_mat(q, in_loop) @ v
+  return matvec_small(quat_to_mat(q, in_loop), v)
 
 
 def axis_angle_to_quat(axis, angle):

@@ -237,7 +237,7 @@ def _take(x, i):
 
 def _rot_t(mat, v):
   """mat^T v for stacks mat (n, 3, 3), v (n, 3)."""
-  return jnp.einsum('nji,nj->ni', mat, v)
+  return math.matvec_small(jnp.swapaxes(mat, -1, -2), v)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -677,7 +677,7 @@ def _equality_wrenches(m, d, efc_force):
                            (m.eq_obj2id, jnp.where(weld[:, None], data[:, 0:3], data[:, 3:6]),
                             -1.0)):
     b = jnp.clip(obj, 0, m.nbody - 1)
-    pos = d.xpos[b] + jnp.einsum('nij,nj->ni', xmat[b], local)
+    pos = d.xpos[b] + math.matvec_small(xmat[b], local)
     if m.nsite:
       sid = jnp.clip(obj, 0, m.nsite - 1)
       b = jnp.where(site, m.site_bodyid[sid], b)
@@ -713,8 +713,8 @@ def rne_post_constraint(m, d, contact_force=None, efc_force=None):
     con = d.contact
     frame = con.frame.reshape(-1, 3, 3)
     # contact frame -> world: rows of frame are the axes, so world = frame^T local
-    torque = jnp.einsum('cji,cj->ci', frame, contact_force[:, 3:])
-    force = jnp.einsum('cji,cj->ci', frame, contact_force[:, :3])
+    torque = math.matvec_small(jnp.swapaxes(frame, 1, 2), contact_force[:, 3:])
+    force = math.matvec_small(jnp.swapaxes(frame, 1, 2), contact_force[:, :3])
     wrench = jnp.concatenate([torque, force], axis=1)
     used = (jnp.arange(m.nconmax) < d.ncon) & (con.efc_address >= 0)
     for geom, sign in ((con.geom1, -1.0), (con.geom2, 1.0)):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from . import math
+
 
 def dof_moves(m, body):
   """Whether each dof moves ``body``: (body.shape + (nv,)) bool, equal to body_dofmask[body] > 0.
@@ -67,5 +69,8 @@ def xfrc_accumulate(m, d):
   f, t = d.xfrc_applied[:, :3], d.xfrc_applied[:, 3:]
   offset = d.xipos - d.subtree_com[m.body_rootid]
   wrench = jnp.concatenate([jnp.cross(offset, f) + t, f], axis=1)       # (nbody, 6)
-  per_dof = m.body_dofmask.T.astype(wrench.dtype) @ wrench             # (nv, 6)
+  mask = m.body_dofmask.T.astype(wrench.dtype)
+  # up to 32 bodies as broadcast products (math.matmul_small): the dot ran as a kernel of its
+  # own in every forward pass (the hopper: 0.8% of the step's profiled time)
+  per_dof = math.matmul_small(mask, wrench) if m.nbody <= 32 else mask @ wrench   # (nv, 6)
   return jnp.sum(d.cdof * per_dof, axis=1)

@@ -149,7 +149,7 @@ def rne(m, d):
   cacc = tree.forward(m, lambda parent, inc: parent + inc, init, body_acc)
   cfrc = jax.vmap(_body_bias_force)(d.cinert, cacc, d.cvel)
   cfrc = tree.subtree_sum(m, cfrc)
-  bias = jnp.einsum('ij,ij->i', d.cdof, cfrc[m.dof_bodyid])
+  bias = math.dot_small(d.cdof, cfrc[m.dof_bodyid])
   return dataclasses.replace(d, qfrc_bias=bias + _tendon_bias(m, d))
 
 
@@ -243,7 +243,8 @@ def subtree_vel(m, d):
   mass = m.body_mass[:, None]
   linvel = tree.subtree_sum(m, mass * vel) / jnp.maximum(math.MINVAL, m.body_subtreemass)[:, None]
   ximat = d.ximat.reshape(-1, 3, 3)
-  spin = jnp.einsum('bij,bj->bi', ximat, m.body_inertia * jnp.einsum('bji,bj->bi', ximat, omega))
+  spin = math.matvec_small(ximat, m.body_inertia * math.matvec_small(jnp.swapaxes(ximat, 1, 2),
+                                                                     omega))
   own = spin + jnp.cross(d.xipos - d.subtree_com, mass * (vel - linvel))
   parent = m.body_parentid
   shift = jnp.cross(d.subtree_com - d.subtree_com[parent],
