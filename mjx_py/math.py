@@ -83,7 +83,7 @@ def nonzero_first(mask, size: int, fill_value: int):
   """jnp.nonzero(mask, size=size, fill_value=fill_value)[0] for a 1-D mask, int32 (size,):
   the first ``size`` indices where mask holds, in order, then fill_value. jnp.nonzero's
   counting (entry j is the number of indices whose count of set entries up to them is at most
-  j, i.e. the index of the (j+1)-th set entry), with its two prefix sums done by cumsum_int."""
+  j, i.e. the index of the (j+1)-th set entry), its prefix sums done by cumsum_int."""
   count = cumsum_int(mask)                                  # (n,) set entries up to i
   total = count[-1] if mask.shape[0] else jnp.int32(0)
   if mask.shape[0] * size <= NONZERO_DIRECT:
@@ -92,9 +92,9 @@ def nonzero_first(mask, size: int, fill_value: int):
     # sum. The hopper's 62 constraint rows at batch 512, make_constraint alone (one device, 8
     # alternating runs in one process): with SMALL_NV's products 2.2 -> 1.6-1.7 us a world
     idx = jnp.sum(count[None, :] <= jnp.arange(size)[:, None], axis=1, dtype=jnp.int32)
-    return jnp.where(jnp.arange(size) < total, idx, fill_value).astype(jnp.int32)
-  per = jnp.zeros((size,), jnp.int32).at[count].add(1, mode='drop')
-  idx = cumsum_int(per)                                     # entries with count <= j
+  else:
+    per = jnp.zeros((size,), jnp.int32).at[count].add(1, mode='drop')
+    idx = cumsum_int(per)                                   # entries with count <= j
   return jnp.where(jnp.arange(size) < total, idx, fill_value).astype(jnp.int32)
 
 

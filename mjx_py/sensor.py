@@ -713,8 +713,8 @@ def rne_post_constraint(m, d, contact_force=None, efc_force=None):
     con = d.contact
     frame = con.frame.reshape(-1, 3, 3)
     # contact frame -> world: rows of frame are the axes, so world = frame^T local
-    torque = math.matvec_small(jnp.swapaxes(frame, 1, 2), contact_force[:, 3:])
-    force = math.matvec_small(jnp.swapaxes(frame, 1, 2), contact_force[:, :3])
+    torque = _rot_t(frame, contact_force[:, 3:])
+    force = _rot_t(frame, contact_force[:, :3])
     wrench = jnp.concatenate([torque, force], axis=1)
     used = (jnp.arange(m.nconmax) < d.ncon) & (con.efc_address >= 0)
     for geom, sign in ((con.geom1, -1.0), (con.geom2, 1.0)):
