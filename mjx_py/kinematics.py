@@ -34,8 +34,8 @@ def _joint_pose(pos, quat, jtype, jaxis, jpos, q, q0, types):
   Returns (pos, quat, anchor, axis) after the joint, all in the frame's own reference frame.
   """
   # the quaternion forms term by term: this runs inside the joints' loop (math.quat_mul)
-  axis = math.rot_vec_quat(jaxis, quat, in_loop=True)
-  anchor = math.rot_vec_quat(jpos, quat, in_loop=True) + pos
+  axis = math.rot_vec_quat(jaxis, quat)
+  anchor = math.rot_vec_quat(jpos, quat) + pos
   new_pos, new_quat = pos, quat
   angle = q[0] - q0
   if BALL in types or HINGE in types:
@@ -49,7 +49,7 @@ def _joint_pose(pos, quat, jtype, jaxis, jpos, q, q0, types):
       qloc = math.axis_angle_to_quat(jaxis, angle)
     rot_quat = math.quat_mul(quat, qloc, in_loop=True)
     rotates = (jtype == BALL) | (jtype == HINGE)
-    new_pos = jnp.where(rotates, anchor - math.rot_vec_quat(jpos, rot_quat, in_loop=True),
+    new_pos = jnp.where(rotates, anchor - math.rot_vec_quat(jpos, rot_quat),
                         new_pos)
     new_quat = jnp.where(rotates, rot_quat, new_quat)
   if SLIDE in types:  # translation along the axis by qpos - qpos0
@@ -93,7 +93,7 @@ def _body_local(m, inp):
 def _compose(parent, local):
   """World pose of a body from its parent's world pose and its pose in the parent frame (in
   the tree pass's loop: the quaternion forms term by term, see math.quat_mul)."""
-  return {'xpos': parent['xpos'] + math.rot_vec_quat(local['pos'], parent['xquat'], in_loop=True),
+  return {'xpos': parent['xpos'] + math.rot_vec_quat(local['pos'], parent['xquat']),
           'xquat': math.quat_normalize(math.quat_mul(parent['xquat'], local['quat'],
                                                      in_loop=True))}
 

@@ -257,9 +257,50 @@ def quat_to_mat(q, in_loop: bool = False):
   return form.reshape(q.shape[:-1] + (3, 3))
 
 
-def rot_vec_quat(v, q, in_loop: bool = False):
-  """Rotates vector v by unit quaternion q. ``in_loop``: as quat_mul's."""
-  return matvec_small(quat_to_mat(q, in_loop), v)
+@jax.custom_jvp
+def rot_vec_quat(v, q):
+  """Rotates vector v (..., 3) by unit quaternion q (..., 4) (either may lack the leading
+  axes), MuJoCo's mju_rotVecQuat: t = w v + u x v, v + 2 u x t for q = (w, u). Elementwise
+  products of the components (18 products, no rotation matrix and no dot), which also serves
+  inside loops (the kinematics' joint loop and tree pass, see _bilinear_in_loop). Against the
+  rotation matrix's product (the quat_to_mat form, a batched matrix-vector dot under vmap):
+  kinematics alone, one device, 8 alternating runs in one process, hopper at batch 512 0.79 ->
+  0.58 us a world, humanoid at batch 256 3.8 -> 2.5 us.
+
+  Differentiated, it is the rotation matrix's product (value and derivative, the rule below):
+  the components' derivative made the humanoid's gradient through 100 steps compile 4.5 s
+  longer and run 1.3x slower (one world, float32). The two agree on unit quaternions, so their
+  derivatives agree along the unit sphere (the callers' quaternions are normalized), and the
+  differentiated value differs from the undifferentiated one by rounding."""
+  v = jnp.broadcast_arrays(v, q[..., :3])[0]
+  w, x, y, z = (q[..., k] for k in range(4))
+  a, b, c = (v[..., k] for k in range(3))
+  t0 = w * a + y * c - z * b
+  t1 = w * b + z * a - x * c
+  t2 = w * c + x * b - y * a
+  return jnp.stack([a + 2 * (y * t2 - z * t1), b + 2 * (z * t0 - x * t2),
+                    c + 2 * (x * t1 - y * t0)], axis=-1)
+
+
+@functools.partial(rot_vec_quat.defjvp, symbolic_zeros=True)
+def _rot_vec_quat_jvp(primals, tangents):
+  v, q = primals
+  dv, dq = tangents
+  mat = quat_to_mat(q)
+  value = matvec_small(mat, v)
+  out = None
+  if not _is_zero(dv):
+    out = matvec_small(mat, dv)
+  if not _is_zero(dq):
+    dmat = _contract(_outer(dq, q) + _outer(q, dq), _QUAT_MAT).reshape(dq.shape[:-1] + (3, 3))
+    term = matvec_small(dmat, v)
+    out = term if out is None else out + term
+  if out is None:
+    out = jnp.zeros_like(value)
+  # restacked component by component, as _bilinear_in_loop_jvp's value (the batch axis under
+  # vmap of a scan's linearization)
+  restack = lambda x: jnp.stack([x[..., k] for k in range(3)], axis=-1)  # noqa: E731
+  return restack(value), restack(jnp.broadcast_to(out, value.shape))
 
 
 def axis_angle_to_quat(axis, angle):

@@ -7,8 +7,9 @@ quarter of the models), noslip off (tests/test_dual_solvers.py covers PGS and no
 tolerance (1e-10, so that both sides are converged). States: a random perturbation of the reset
 state (qpos0 or keyframe 0), and the state 40 mj_step steps later, with MuJoCo's warm start on both
 sides. Compared in float64: ncon and nefc equal, efc_type / efc_id equal (the same rows in MuJoCo's
-order), the solver statistics written into Data (solver_niter > 0 when there are rows), and our
-qacc's total cost (Gauss + constraint cost, evaluated by MuJoCo's mj_constraintUpdate) no larger
+order), the solver statistics written into Data (solver_niter > 0 when there are rows, unless
+MuJoCo's first iteration starts at the optimum: improvement and gradient exactly 0), and our qacc's
+total cost (Gauss + constraint cost, evaluated by MuJoCo's mj_constraintUpdate) no larger
 than MuJoCo's own (to 1e-10 relative). Where the problem is reasonably conditioned (every efc_D
 below 1e12; a row whose regularizer R sits at MuJoCo's floor has D up to 1e15, and then two correct
 solvers agree on the cost but not on qacc), also qacc and qfrc_constraint within 1e-6 relative (to
@@ -98,7 +99,12 @@ def test_forward_with_constraints_matches_mujoco(i, path):
     np.testing.assert_array_equal(np.asarray(d.efc_id[k, :n]), ref.efc_id, where)
     assert np.all(np.asarray(d.efc_force[k, n:]) == 0), where
     assert np.all(np.asarray(d.efc_state[k, n:]) == -1), where
-    if n and ref.solver_niter[0] >= 1:
+    # MuJoCo's first iteration can be a move of rounding size from a start that is already
+    # optimal (every row satisfied at qacc_smooth: that iteration's improvement and gradient are
+    # exactly 0); there its line search returning alpha 0 (no iteration) is as correct, and which
+    # of the two happens is decided by the last bits of the start point's gradient
+    at_optimum = ref.solver[0].improvement == 0 and ref.solver[0].gradient == 0
+    if n and ref.solver_niter[0] >= 1 and not at_optimum:
       assert int(d.solver_niter[k]) >= 1, where
     if n:
       eig = np.linalg.eigvalsh(oracle.dense_qM(mj, ref))
