@@ -252,6 +252,63 @@ def test_rows_match_mujoco(label, path, option, scale):
     assert m.nefc_max == 14 and all(md.nefc == md.nf for md in mds)
 
 
+def _with_power(m, mj, power):
+  """Both Models with the power of every solimp set to ``power`` (ours as jax arrays)."""
+  fields = {}
+  for name in constraint.ROW_SOLIMP + constraint.CONTACT_SOLIMP:
+    x = np.array(getattr(m, name))
+    x[..., 4] = power
+    fields[name] = jnp.asarray(x)
+    getattr(mj, name)[:, 4] = power
+  o_solimp = np.array(m.opt.o_solimp)
+  o_solimp[4] = mj.opt.o_solimp[4] = power
+  opt = dataclasses.replace(m.opt, o_solimp=jnp.asarray(o_solimp))
+  return dataclasses.replace(m, opt=opt, **fields), mj
+
+
+@pytest.mark.parametrize('power', [1.0, 2.0])
+def test_static_solimp_power(power):
+  """A Model closed over by jit (concrete) whose every solimp power is 1 (or 2) gives the
+  impedance that power as a Python number (constraint._static_power): its rows (limits,
+  friction loss, contacts with mixed solimp) equal MuJoCo's and the traced Model's (the array
+  power; the impedance to the last bit); other powers or mixed ones, or a traced Model, keep
+  the array."""
+  for path in (ROWS, CONTACTS):
+    m, mj = _with_power(*_models(with_option(read(path), DENSE)), power)
+    assert constraint._static_power(m, constraint.ROW_SOLIMP) == power
+    assert constraint._static_power(m, constraint.CONTACT_SOLIMP, True) == power
+    mds, batch = _states(m, mj, NSTATE, 0.02 if path == CONTACTS else MIXED, seed=5)
+    closed = _host(jax.jit(jax.vmap(lambda d, m=m: constraint.make_constraint(m, d)))(batch))
+    traced = _host(_batch_rows(m, batch))
+    for k, md in enumerate(mds):
+      _compare(_world(closed, k), mj, md, f'{os.path.basename(path)} power {power} state {k}')
+    for name in ('efc_type', 'efc_id'):
+      np.testing.assert_array_equal(getattr(closed, name), getattr(traced, name), err_msg=name)
+    for name in FIELDS:   # (closed over, XLA folds the Model's constants: last-bit changes)
+      np.testing.assert_allclose(getattr(closed, name), getattr(traced, name), rtol=1e-13,
+                                 atol=1e-13, err_msg=name)
+  # the impedance itself: the static power gives the array power's values to the last bit
+  rng = np.random.default_rng(3)
+  imp = np.column_stack([rng.uniform(0.01, 0.99, (200, 2)), rng.uniform(0, 0.02, 200),
+                         rng.uniform(0.01, 0.99, 200), np.full(200, power)])
+  imp[:20, 1] = imp[:20, 0]                                 # flat
+  pos, margin = rng.uniform(-0.03, 0.03, 200), rng.uniform(0, 0.01, 200)
+  clean = constraint._clean_solimp(jnp.asarray(imp))
+  for a, b in zip(constraint.impedance(clean, pos, margin),
+                  constraint.impedance(clean, pos, margin, power)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  m, _ = _models(read(ROWS))
+  assert constraint._static_power(m, constraint.ROW_SOLIMP) is None     # powers 1, 2, 2.5, 3
+  m2, _ = _with_power(m, mujoco.MjModel.from_xml_string(read(ROWS)), 2.0)
+  mixed = dataclasses.replace(m2, geom_solimp=m2.geom_solimp.at[0, 4].set(1.0))
+  assert constraint._static_power(mixed, constraint.CONTACT_SOLIMP) is None
+  assert constraint._static_power(mixed, constraint.ROW_SOLIMP) == 2.0
+  override = dataclasses.replace(m2, opt=dataclasses.replace(
+      m2.opt, o_solimp=jnp.array([0.9, 0.95, 0.001, 0.5, 3.0])))
+  assert constraint._static_power(override, constraint.CONTACT_SOLIMP, True) is None
+  assert jax.jit(lambda m: constraint._static_power(m, constraint.ROW_SOLIMP) is None)(m2)
+
+
 def test_models_make_every_kind_of_row():
   """The test models' states cover what they are meant to (guards against silent model edits)."""
   m, mj = _models(with_option(read(ROWS), DENSE))
