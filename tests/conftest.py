@@ -10,8 +10,14 @@ import sys
 # LLVM's backend optimizations off and XLA:CPU's classic fusion emitters (mjx_py.FAST_COMPILE)
 # for every XLA CPU compile of the session: the suite is bound by compilation, and the tests'
 # runs are short (set before JAX starts its backend). Together they halve a humanoid step's
-# compile (4.1 to 2.2 s) and its memory.
-_FLAGS = ('--xla_backend_optimization_level=0', '--xla_cpu_use_fusion_emitters=false')
+# compile (4.1 to 2.2 s) and its memory. The third flag keeps each compile's LLVM code
+# generation in one module instead of XLA's default 32 parts built on its thread pool: the two
+# pytest-xdist workers already keep both cores busy, so the parts only add per-module overhead
+# (humanoid and ant steps compiled by two processes at once, eight alternating rounds: mean XLA
+# compile 8.26 -> 7.45 s and 8.62 -> 7.80 s; a float64 humanoid rollout bit-identical).
+# oracle.RUN_OPTIMIZED gives the -O2 compiles the 32 parts back.
+_FLAGS = ('--xla_backend_optimization_level=0', '--xla_cpu_use_fusion_emitters=false',
+          '--xla_cpu_parallel_codegen_split_count=1')
 
 
 def _xla_accepts(flag: str) -> bool:

@@ -27,7 +27,10 @@ MODELS = sorted(glob.glob(os.path.join(ROOT, 'models', '*.xml')) +
 # (tests/conftest.py turns them off for the session, whose cost is compilation). The convex
 # and height-field contact searches' loops run about 6x slower at -O0: the height-field scene's
 # collision took 3.3 s a call at -O0 and 0.5 s at -O2, for 4 s more compile (2-core CPU).
-RUN_OPTIMIZED = {'xla_backend_optimization_level': 2}
+# It also gives back XLA's default split of the LLVM code into 32 parts built in parallel
+# (the conftest builds one): at -O2 LLVM's time dominates, and a single part compiled slower
+# (the gripper's float32 gradient 71 -> 87 s, the quadruped-on-terrain rollout 32 -> 38 s).
+RUN_OPTIMIZED = {'xla_backend_optimization_level': 2, 'xla_cpu_parallel_codegen_split_count': 32}
 
 
 def model_id(path):

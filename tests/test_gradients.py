@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import mujoco
 import numpy as np
 import pytest
-from oracle import ROOT
+from oracle import ROOT, RUN_OPTIMIZED
 
 import mjx_py
 from mjx_py.xla import fast_compile_supported
@@ -116,12 +116,12 @@ def _check_fd(f, args, probes, rtol=1e-2):
 def _finite(f, args, optimized=False):
   """jax.grad of f at args, asserted finite; f returns (loss, aux) (_losses with aux=True), and
   so does this (the gradients, aux: the final state seen by the same program). optimized:
-  compile with LLVM's optimizations on and XLA:CPU's default fusion emitters, as users run it
-  (tests/conftest.py turns both off for the session); float32 rounding differs between the
-  builds (fused multiply-adds), and so do the configurations reached."""
+  compile with LLVM's optimizations on (RUN_OPTIMIZED) and XLA:CPU's default fusion emitters,
+  as users run it (tests/conftest.py turns both off for the session); float32 rounding differs
+  between the builds (fused multiply-adds), and so do the configurations reached."""
   grad = jax.jit(jax.grad(f, argnums=(0, 1, 2, 3), has_aux=True))
   if optimized:
-    options = {'xla_backend_optimization_level': 2}
+    options = dict(RUN_OPTIMIZED)
     if fast_compile_supported():           # an XLA:CPU with both emitters: the default ones
       options['xla_cpu_use_fusion_emitters'] = True
     grad = grad.lower(*args).compile(options)
