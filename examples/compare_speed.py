@@ -4,7 +4,9 @@ Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [-
      [--repeat 3] [--smooth] [--no-mjx] [--option "<option noslip_iterations=\"0\"/>"]
 Needs the bench extra (mujoco, mujoco-mjx). All three run in one run on one machine (MJX in a
 child process, given up after --mjx-timeout), so the ratios are comparable; each figure is
-the fastest of --repeat timed runs (after a warm-up run for the JAX engines). ``mjx-py MODEL
+the fastest of --repeat timed runs (after a warm-up run for the JAX engines); each row ends
+with the throughput issue's two figures, ours as a share of MuJoCo C on all threads and as a
+multiple of MJX. ``mjx-py MODEL
 --compare`` runs this script for its batch size. The engine itself never imports mujoco: it is
 the tests' oracle and this script's reference.
 """
@@ -157,7 +159,9 @@ def main():
     xml = testspeed.disable_constraints(xml)
   ncpu = os.cpu_count() or 1
   print(f"{'batch':>6} {'ours':>12} {'compile s':>10} {'MuJoCo 1thr':>12} "
-        f"{f'MuJoCo {ncpu}thr':>12} {'MJX':>12} {'MJX compile':>11}  (steps/s)")
+        f"{f'MuJoCo {ncpu}thr':>12} {'MJX':>12} {'MJX compile':>11} {f'/ C {ncpu}thr':>9} "
+        f"{'/ MJX':>7}  (env-steps/s; the last two: ours as a share of MuJoCo C on all "
+        "threads and as a multiple of MJX, the issue's two throughput targets)")
   for batch in args.batch:
     c, sps = testspeed.time_rollout(
         xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
@@ -167,14 +171,15 @@ def main():
     c1 = _time_mujoco(xml, batch, args.nstep, 1, args.repeat)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu, args.repeat)
     print(f'{c1:>12,.0f} {cn:>12,.0f}', end=' ', flush=True)
+    share = f'{sps / cn:>9.0%}'
     if args.no_mjx:
-      print(flush=True)
+      print(f"{'':>12} {'':>11} {share}", flush=True)
       continue
     res = _time_mjx_limited(xml, batch, args.mjx_nstep, args.repeat, args.mjx_timeout)
     if isinstance(res, str):
-      print(f'MJX: {res}', flush=True)
+      print(f'MJX: {res} {share}', flush=True)
     else:
-      print(f'{res[1]:>12,.0f} {res[0]:>11.2f}', flush=True)
+      print(f'{res[1]:>12,.0f} {res[0]:>11.2f} {share} {sps / res[1]:>6.1f}x', flush=True)
 
 
 if __name__ == '__main__':
