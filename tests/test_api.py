@@ -366,11 +366,13 @@ def test_main_job_prints_summary(capsys):
                    rf'nefc_max={m.nefc_max} constraint rows', out)
   assert '[' + '#' * 30 + '] 5/5 steps' in captured.err      # the progress bar reached the end
   # the side-by-side table of examples/compare_speed.py: batch, ours, compile s, MuJoCo C on 1
-  # thread and on all cores
+  # thread and on all cores, then ours as a share of the latter (no MJX column with --no-mjx)
   table = out[out.index('MuJoCo 1thr'):].splitlines()
   row = table[1].split()
-  assert row[0] == '2' and len(row) == 5
-  assert all(float(x.replace(',', '')) > 0 for x in row[1:])
+  assert row[0] == '2' and len(row) == 6
+  ours, compile_s, c1, cn = (float(x.replace(',', '')) for x in row[1:5])
+  assert min(ours, compile_s, c1, cn) > 0
+  assert row[5].endswith('%') and abs(float(row[5][:-1]) - 100 * ours / cn) <= 1
 
 
 def test_main_job_contact_capacity(capsys):
