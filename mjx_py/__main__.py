@@ -128,7 +128,14 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   import jax
 
   from . import testspeed
-  from .xla import enable_compile_cache, lower_paused, option_groups
+  from .xla import (
+    PROGRAM_DIR,
+    enable_compile_cache,
+    export_supported,
+    lower_cached,
+    lower_paused,
+    option_groups,
+  )
   events = []
   if cache:
     cache_dir = enable_compile_cache()
@@ -153,7 +160,14 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   t0 = time.perf_counter()
   options = testspeed.compile_options_for(batch, fast_compile)
   # traced and lowered with Python's collector paused (mjx_py.xla.gc_paused)
-  fn = lower_paused(jax.jit(fn), d, ctrl[0], peak).compile(compiler_options=options)
+  traced = None
+  if cache and export_supported():
+    # the trace and lowering too, keyed by the model (its values: fn closes over it)
+    lowered, traced = lower_cached(fn, d, ctrl[0], peak, name='mjx_py.simulate', consts=m,
+                                   cache_dir=cache_dir)
+  else:
+    lowered = lower_paused(jax.jit(fn), d, ctrl[0], peak)
+  fn = lowered.compile(compiler_options=options)
   jit_s = time.perf_counter() - t0
   print(f'jit compile of the batched step: {jit_s:.2f} s'
         + (f' (mjx_py.{" + ".join(option_groups(options))})' if options
@@ -161,11 +175,17 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   if cache:
     if any(e.endswith('cache_hits') for e in events):
       what = 'loaded from the cache'
-    elif set(os.listdir(cache_dir)) - stored:
+    elif set(os.listdir(cache_dir)) - stored - {PROGRAM_DIR}:
       what = 'compiled, then stored'
     else:
       what = 'compiled, not stored: the cache keeps programs that take 1 s or more to compile'
     print(f'persistent compilation cache: {cache_dir} ({what})')
+    if traced is None:
+      print("trace and lowering not cached: jax.export's serialization needs flatbuffers "
+            "(pip install 'mjx_py[cache]')")
+    else:
+      print('traced program: ' + ('loaded from the cache' if traced else 'traced, then stored')
+            + f' ({os.path.join(cache_dir, PROGRAM_DIR)})')
   jax.block_until_ready(fn(d, ctrl[0], peak))  # warm-up (first-run allocations)
   t0 = time.perf_counter()
   for i in range(nchunk):

@@ -115,10 +115,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import hashlib
 import os
+import pickle
 import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False,
@@ -320,7 +323,123 @@ def lower_paused(jitted, *args, **kwargs):
     return jitted.lower(*args, **kwargs)
 
 
+# ---------------------------------------------------------------------------------------------
+# Traced programs on disk: jax.export's serialized StableHLO, keyed by everything that shapes it
+
+PROGRAM_DIR = 'programs'         # lower_cached's files, under the compile cache's directory
+
+
+@functools.lru_cache(maxsize=1)
+def source_digest() -> str:
+  """sha256 of the mjx_py package's Python sources (every .py file under the package, by
+  relative path): part of lower_cached's key, so an edited engine never loads a stale trace."""
+  root = os.path.dirname(os.path.abspath(__file__))
+  h = hashlib.sha256()
+  for folder, dirs, files in os.walk(root):
+    dirs.sort()
+    for name in sorted(f for f in files if f.endswith('.py')):
+      path = os.path.join(folder, name)
+      h.update(os.path.relpath(path, root).encode() + b'\0')
+      with open(path, 'rb') as f:
+        h.update(f.read() + b'\0')
+  return h.hexdigest()
+
+
+def program_key(name: str, args, consts=()) -> str:
+  """lower_cached's key (hex sha256) for the function called ``name`` traced on ``args``
+  (pytrees of arrays) with ``consts`` (pytrees it closes over, e.g. a Model): the package
+  sources (source_digest), JAX's and jaxlib's versions, the backend and its devices, $XLA_FLAGS
+  and JAX's float width; the arguments' structure, shapes, dtypes and shardings; the
+  constants' structure (a Model's static metadata: sizes, options, names) and values."""
+  h = hashlib.sha256()
+
+  def put(*parts):
+    for part in parts:
+      h.update(str(part).encode() + b'\0')
+
+  put(name, source_digest(), jax.__version__, jax.lib.__version__, jax.default_backend(),
+      [d.device_kind for d in jax.devices()], os.environ.get('XLA_FLAGS', ''),
+      jax.config.jax_enable_x64)
+  leaves, treedef = jax.tree_util.tree_flatten(args)
+  put(treedef)
+  for x in leaves:
+    put(jnp.shape(x), jnp.result_type(x), getattr(x, 'sharding', None))
+  leaves, treedef = jax.tree_util.tree_flatten(consts)
+  put(treedef)
+  for x in leaves:
+    x = np.asarray(x)
+    put(x.shape, x.dtype)
+    h.update(np.ascontiguousarray(x).tobytes())
+  return h.hexdigest()
+
+
+def export_supported() -> bool:
+  """Whether jax.export can write programs here (its serialization needs the flatbuffers
+  package: ``pip install 'mjx_py[cache]'``)."""
+  try:
+    import flatbuffers  # noqa: F401
+  except ImportError:
+    return False
+  return True
+
+
+def lower_cached(fn, *args, name: str, consts=(), cache_dir: str | None = None):
+  """``jax.jit(fn).lower(*args)`` whose trace and lowering are kept on disk: (lowered, hit).
+
+  The first call traces and lowers ``fn`` (under gc_paused) with ``jax.export``, as a function
+  of the arguments' flat leaves, and writes the serialized program (StableHLO bytecode, a few
+  hundred KB) with the result's tree structure (pickled) to
+  ``cache_dir/programs/<program_key>.jaxexport``; a later call with the same key, in any
+  process, reads them back instead of tracing (``hit`` True). Either way the result is the
+  lowering of the exported program's call, to be compiled as usual (``.compile(...)``, which
+  with enable_compile_cache on loads XLA's executable from the same directory), so a first and
+  a later process compile the same module. The pickle is loaded from the directory as found:
+  keep it private, as you would JAX's own cache.
+
+  ``fn``: a function of pytrees of arrays returning a pytree of arrays; ``args``: the values it
+  is called with (their shapes, dtypes and shardings fix the program; a shard_map over several
+  devices is kept whole, and loads only with the same devices); ``name`` names it in the key
+  and ``consts`` are the pytrees it closes over (a Model: its static metadata and its values
+  are part of the key). Two functions must not share a name unless they are the same code: the
+  key holds the mjx_py sources but not the caller's, so a caller's own ``fn`` carries its
+  version in ``name``. Module globals changed at run time (e.g. mjx_py.solver.CPU_CHUNK) are not
+  in the key. ``cache_dir`` defaults to default_cache_dir(). Needs export_supported()."""
+  from jax import export
+  path = os.path.join(os.path.abspath(cache_dir or default_cache_dir()), PROGRAM_DIR)
+  file = os.path.join(path, program_key(name, args, consts) + '.jaxexport')
+  leaves, in_tree = jax.tree_util.tree_flatten(args)
+  hit = os.path.exists(file)
+  if hit:
+    with open(file, 'rb') as f:
+      out_tree, data = pickle.load(f)
+    exp = export.deserialize(bytearray(data))
+  else:
+    trees = []                   # the result's structure, set by the trace
+
+    def flat(*xs):
+      # the exported function takes and returns flat leaves: the pytrees' node types (Model,
+      # Data) need no serialization of their own, the caller's args rebuild them
+      out, tree = jax.tree_util.tree_flatten(fn(*jax.tree_util.tree_unflatten(in_tree, xs)))
+      trees.append(tree)
+      return out
+
+    with gc_paused():
+      exp = export.export(jax.jit(flat))(*leaves)
+    out_tree = trees[0]
+    os.makedirs(path, exist_ok=True)
+    tmp = f'{file}.{os.getpid()}.tmp'
+    with open(tmp, 'wb') as f:
+      pickle.dump((out_tree, exp.serialize()), f)
+    os.replace(tmp, file)        # atomic: a concurrent reader sees the whole file or none
+
+  def call(*a):
+    return jax.tree_util.tree_unflatten(out_tree, exp.call(*jax.tree_util.tree_leaves(a)))
+  with gc_paused():
+    return jax.jit(call).lower(*args), hit
+
+
 __all__ = ['FAST_COMPILE', 'NO_LIBRARY_FUSIONS', 'LIBRARY_FUSIONS_MIN_BATCH', 'CPU_XLA_FLAGS',
            'DEVICE_COUNT_FLAG', 'compile_options', 'option_groups', 'fast_compile_supported',
            'no_library_fusions_supported', 'cpu_count', 'gc_paused', 'lower_paused',
-           'set_cpu_flags', 'default_cache_dir', 'enable_compile_cache']
+           'set_cpu_flags', 'default_cache_dir', 'enable_compile_cache', 'PROGRAM_DIR',
+           'source_digest', 'program_key', 'export_supported', 'lower_cached']

@@ -436,9 +436,55 @@ def test_main_job_compile_cache(tmp_path):
   assert '2 worlds x 5 steps, 1 on each of 2 devices' in first
   assert f"persistent compilation cache: {tmp_path / 'xla'} (compiled, then stored)" in first
   assert os.listdir(tmp_path / 'xla')
+  assert f"traced program: traced, then stored ({tmp_path / 'xla' / 'programs'})" in first
+  assert len(os.listdir(tmp_path / 'xla' / 'programs')) == 1
   second = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-  assert '(loaded from the cache)' in second
+  assert 'persistent compilation cache: ' in second and '(loaded from the cache)' in second
+  assert 'traced program: loaded from the cache' in second
   assert 'env-steps/s' in second
+  # the same steps from the loaded program: the runs' last lines agree on the capacity used
+  used = [next(line for line in out.splitlines() if line.startswith('capacity used'))
+          for out in (first, second)]
+  assert used[0] == used[1]
+
+
+def test_lower_cached(tmp_path):
+  """mjx_py.xla.lower_cached: a miss traces, exports and stores the program, a hit (same
+  name, argument shapes and constants) loads it without calling fn; both give jax.jit(fn)'s
+  results, in fn's result structure; other constant values, argument shapes or names miss."""
+  from mjx_py import xla
+  calls = []
+  consts = {'gain': np.array([2.0, 3.0], np.float32), 'n': np.int32(3)}
+
+  def make(c):
+    def fn(x, extra):
+      calls.append(1)
+      y = x * c['gain'] + extra['b']
+      return {'y': y, 'sum': (jnp.sum(y) * c['n'],)}
+    return fn
+
+  x = jnp.arange(2.0, dtype=jnp.float32)
+  extra = {'b': jnp.float32(0.5)}
+
+  def run(c, xv, name='t'):
+    lowered, hit = xla.lower_cached(make(c), xv, extra, name=name, consts=c,
+                                    cache_dir=str(tmp_path))
+    return lowered.compile()(xv, extra), hit
+
+  want = jax.jit(make(consts))(x, extra)
+  got, hit = run(consts, x)
+  assert not hit and len(calls) == 2            # the export's trace (and the reference's)
+  got2, hit2 = run(consts, x)
+  assert hit2 and len(calls) == 2               # loaded: fn not traced
+  for out in (got, got2):
+    assert jax.tree_util.tree_structure(out) == jax.tree_util.tree_structure(want)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, out, want)
+  other = dict(consts, gain=np.array([2.0, 4.0], np.float32))
+  assert not run(other, x)[1]                   # a constant's value is in the key
+  assert not run(consts, jnp.ones((3, 2), jnp.float32))[1]          # a shape
+  assert not run(consts, x, name='u')[1]                            # the name
+  assert len(os.listdir(tmp_path / xla.PROGRAM_DIR)) == 4
+  assert xla.program_key('t', (x, extra), consts) != xla.program_key('t', (x, extra), other)
 
 
 def test_internal_entities_are_not_expanded():
