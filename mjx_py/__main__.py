@@ -6,11 +6,13 @@ equality and friction loss, solved by the model's constraint solver; ``--smooth`
 constraints off), and prints env-steps/s, the jit compile time and the peak memory. On CPU
 the batch is split into one block per core, each stepped by its own device's program
 (mjx_py.xla.set_cpu_flags, mjx_py.shard_worlds; ``--devices 1`` keeps one device). With
-``--cache`` compiled programs go to JAX's persistent compilation cache
-(mjx_py.enable_compile_cache), so a later run of the same model and batch loads its program from
-disk (humanoid at batch 1: jit 8.2 s and a 604 MB peak in the first run, 3.0 s and 552 MB in the
-second, against 7.6 s and 534 MB without the cache; storing the program costs the first run's
-memory, so the cache is not the default).
+``--cache`` the traced program goes to disk (mjx_py.xla.lower_cached: jax.export's StableHLO,
+which needs the flatbuffers package, the ``cache`` extra) and the compiled one to JAX's
+persistent compilation cache (mjx_py.enable_compile_cache), so a later run of the same model and
+batch loads both instead of tracing and compiling (humanoid at batch 1, on a slow day: jit 26.2
+s and a 633 MB peak in the first run, 1.7-1.8 s and 522-524 MB in the next two; at batch 64
+over 2 devices 2.0-2.3 s, against 8.9-9.9 s with XLA's cache alone and 31.8 s without a cache;
+storing the program costs the first run's memory, so the cache is not the default).
 ``--compare`` then runs examples/compare_speed.py (a source checkout's benchmark script) on the
 same model and batch in a child process: mjx_py, MuJoCo C (``mujoco.rollout``, 1 thread and all
 cores) and MJX side by side from one run. The package never imports mujoco (the tests' oracle);
@@ -50,9 +52,10 @@ def main(argv=None) -> int:
   parser.add_argument('--no-mjx', action='store_true', help='with --compare: MuJoCo C only')
   parser.add_argument('--no-progress', action='store_true', help='no progress bar')
   parser.add_argument('--cache', action='store_true',
-                      help='use the persistent compilation cache (mjx_py.enable_compile_cache; '
-                           'its directory: $MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla): a later '
-                           'run of the same model and batch loads the compiled program')
+                      help='keep the traced program (mjx_py.xla.lower_cached, needs the cache '
+                           'extra) and the compiled one (JAX\'s persistent compilation cache) in '
+                           '$MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla: a later run of the same '
+                           'model and batch loads them')
   parser.add_argument('--nconmax', type=int, default=None,
                       help="contact capacity of mjx_py's Model (put_model's nconmax; default: "
                            'the per-geom budget, e.g. 54 for the humanoid): the cost of the '
@@ -123,7 +126,8 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   chunks of a jitted lax.scan, so that the bar can move), printing the compile time,
   env-steps/s and peak memory. Returns env-steps/s. ``fast_compile``: compile with
   mjx_py.FAST_COMPILE (else XLA's defaults); ``cache``: with JAX's persistent compilation
-  cache (mjx_py.enable_compile_cache), whose hits and misses are printed; ``nconmax``: the
+  cache (mjx_py.enable_compile_cache) and the traced program on disk (mjx_py.xla.lower_cached,
+  where jax.export can serialize), whose hits and misses are printed; ``nconmax``: the
   contact capacity (None: put_model's default)."""
   import jax
 

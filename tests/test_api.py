@@ -487,6 +487,17 @@ def test_lower_cached(tmp_path):
   assert xla.program_key('t', (x, extra), consts) != xla.program_key('t', (x, extra), other)
 
 
+def test_export_supported_needs_flatbuffers(monkeypatch):
+  """export_supported is False where flatbuffers cannot be imported (the main job's --cache
+  then keeps XLA's cache only, and says so)."""
+  import sys
+
+  from mjx_py import xla
+  assert xla.export_supported()                  # the test extra installs it
+  monkeypatch.setitem(sys.modules, 'flatbuffers', None)
+  assert not xla.export_supported()
+
+
 def test_internal_entities_are_not_expanded():
   xml = ('<?xml version="1.0"?><!DOCTYPE mujoco [<!ENTITY r "0.1">]>'
          '<mujoco><worldbody><geom size="&r;"/></worldbody></mujoco>')
