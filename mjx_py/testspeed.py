@@ -7,7 +7,9 @@ run with MuJoCo C (``mujoco.rollout``) and MJX in the same process is
 ``--smooth`` disables the constraint solver in all three (the smooth-dynamics benchmark).
 ``--grad NSTEP`` also times reverse-mode jax.grad through NSTEP steps of one world: compile
 time of ``step`` and of the gradient, and the gradient's cost relative to the forward rollout.
-Never a timed test: numbers depend on the machine.
+``--cache`` keeps every program's trace (mjx_py.xla.lower_cached) and compiled code (JAX's
+persistent compilation cache) on disk, so a second run reports the compile times of a warm
+start. Never a timed test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mjx_py.xla import lower_paused
+from mjx_py.xla import lower_cached, lower_paused
 
 
 def peak_rss_mb() -> float:
@@ -166,26 +168,38 @@ def best_time(fn, repeat: int = 1) -> float:
   return best
 
 
+def _lower(fn, *args, name: str, consts, cache: str | None):
+  """``jax.jit(fn).lower(*args)``: through mjx_py.xla.lower_cached (its key: ``name`` and the
+  closed-over ``consts``) when ``cache`` is a cache directory, else traced (lower_paused)."""
+  if cache is None:
+    return lower_paused(jax.jit(fn), *args)
+  return lower_cached(fn, *args, name='mjx_py.testspeed.' + name, consts=consts,
+                      cache_dir=cache)[0]
+
+
 def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = '',
                  compiler_options: dict | None = None, repeat: int = 1,
-                 nconmax: int | None = None):
+                 nconmax: int | None = None, cache: str | None = None):
   """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps
   (``compiler_options``: XLA options of the compile, e.g. mjx_py.FAST_COMPILE; ``nconmax``:
-  the contact capacity, None for the default); the steps/s of the fastest of ``repeat`` runs
+  the contact capacity, None for the default; ``cache``: a cache directory for lower_cached,
+  None to trace); the steps/s of the fastest of ``repeat`` runs
   after a warm-up run. With several devices (one per CPU core after mjx_py.xla.set_cpu_flags)
   each steps its block of the worlds (per_device), as mujoco.rollout's threads do."""
   m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir, nconmax)
   fn, place, _ = per_device(batched_rollout(m), batch, in_axes=(0, 1))
   dbatch, ctrl = place(broadcast_batch(d0, batch)), place(ctrl, axis=1)
   t0 = time.perf_counter()
-  fn = lower_paused(jax.jit(fn), dbatch, ctrl).compile(compiler_options=compiler_options)
+  fn = _lower(fn, dbatch, ctrl, name='rollout', consts=m, cache=cache).compile(
+      compiler_options=compiler_options)
   compile_s = time.perf_counter() - t0
   jax.block_until_ready(fn(dbatch, ctrl))
   return compile_s, batch * nstep / best_time(lambda: fn(dbatch, ctrl), repeat)
 
 
 def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
-              compiler_options: dict | None = None, remat: bool = False):
+              compiler_options: dict | None = None, remat: bool = False,
+              cache: str | None = None):
   """One world, ``nstep`` steps of random controls (mjx_py.rollout); the loss is the squared final
   qpos, differentiated (jax.grad, reverse mode) with respect to the initial qvel and the control
   sequence. Returns (compile s of the jitted step, compile s of the jitted gradient, seconds
@@ -193,7 +207,7 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
   from XLA's memory analysis or None where the backend gives none), the runs timed after a
   warm-up call. ``compiler_options``: XLA options of the three compiles (e.g.
   mjx_py.FAST_COMPILE); ``remat``: mjx_py.rollout's remat (each step recomputed in the backward
-  pass)."""
+  pass); ``cache``: as time_rollout's."""
   from mjx_py.forward import step
   from mjx_py.rollout import rollout as run
   m, d0, ctrl = model_and_controls(xml, (nstep,), seed, base_dir)
@@ -204,11 +218,14 @@ def time_grad(xml: str, nstep: int, seed: int = 0, base_dir: str = '',
 
   t0 = time.perf_counter()
   opts = dict(compiler_options=compiler_options)
-  lower_paused(jax.jit(step), m, d0).compile(**opts)
+  _lower(step, m, d0, name='step', consts=(), cache=cache).compile(**opts)
   step_compile = time.perf_counter() - t0
-  fwd = lower_paused(jax.jit(rollout), d0.qvel, ctrl).compile(**opts)
+  name = 'remat' if remat else 'scan'
+  fwd = _lower(rollout, d0.qvel, ctrl, name='forward.' + name, consts=(m, d0),
+               cache=cache).compile(**opts)
   t0 = time.perf_counter()
-  grad = lower_paused(jax.jit(jax.grad(rollout, argnums=(0, 1))), d0.qvel, ctrl).compile(**opts)
+  grad = _lower(jax.grad(rollout, argnums=(0, 1)), d0.qvel, ctrl, name='grad.' + name,
+                consts=(m, d0), cache=cache).compile(**opts)
   grad_compile = time.perf_counter() - t0
 
   def timed(fn, reps=3):
@@ -254,9 +271,18 @@ def main(argv=None) -> int:
   parser.add_argument('--devices', type=int, default=None,
                       help='CPU devices to split the batch over (mjx_py.xla.set_cpu_flags; '
                            'default: one per core, 1: a single device)')
+  parser.add_argument('--cache', action='store_true',
+                      help='keep traced programs (mjx_py.xla.lower_cached, needs the cache '
+                           'extra) and compiled ones (JAX\'s persistent compilation cache) in '
+                           '$MJX_PY_CACHE_DIR, else ~/.cache/mjx_py/xla')
   args = parser.parse_args(argv)
-  from .xla import compile_options, set_cpu_flags
+  from .xla import compile_options, enable_compile_cache, export_supported, set_cpu_flags
   set_cpu_flags(args.devices)  # before any JAX computation (see mjx_py.xla)
+  cache = None
+  if args.cache:
+    if not export_supported():
+      parser.error("--cache needs jax.export's serialization: pip install 'mjx_py[cache]'")
+    cache = enable_compile_cache()
   xml = _prepare_xml(args.model, args.smooth)
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '
         f'x64 {jax.config.jax_enable_x64}  nstep {args.nstep}'
@@ -266,12 +292,12 @@ def main(argv=None) -> int:
   for batch in args.batch:
     c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
                           compiler_options=compile_options_for(batch, not args.full_opt),
-                          repeat=args.repeat, nconmax=args.nconmax)
+                          repeat=args.repeat, nconmax=args.nconmax, cache=cache)
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
   if args.grad:
     cs, cg, tf, tg, temp = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model),
                                      compiler_options=compile_options(not args.full_opt),
-                                     remat=args.remat)
+                                     remat=args.remat, cache=cache)
     temp = '' if temp is None else f', temporary buffers {temp:.1f} MB'
     print(f'grad through {args.grad} steps{" (remat)" if args.remat else ""}: step compile '
           f'{cs:.2f} s, grad compile {cg:.2f} s, forward {tf * 1e3:.1f} ms, grad '
