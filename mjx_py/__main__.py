@@ -164,10 +164,10 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   t0 = time.perf_counter()
   options = testspeed.compile_options_for(batch, fast_compile)
   # traced and lowered with Python's collector paused (mjx_py.xla.gc_paused)
-  traced = None
+  loaded = None                  # the traced program: None not kept, else whether loaded
   if cache and export_supported():
     # the trace and lowering too, keyed by the model (its values: fn closes over it)
-    lowered, traced = lower_cached(fn, d, ctrl[0], peak, name='mjx_py.simulate', consts=m,
+    lowered, loaded = lower_cached(fn, d, ctrl[0], peak, name='mjx_py.simulate', consts=m,
                                    cache_dir=cache_dir)
   else:
     lowered = lower_paused(jax.jit(fn), d, ctrl[0], peak)
@@ -184,11 +184,11 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
     else:
       what = 'compiled, not stored: the cache keeps programs that take 1 s or more to compile'
     print(f'persistent compilation cache: {cache_dir} ({what})')
-    if traced is None:
+    if loaded is None:
       print("trace and lowering not cached: jax.export's serialization needs flatbuffers "
             "(pip install 'mjx_py[cache]')")
     else:
-      print('traced program: ' + ('loaded from the cache' if traced else 'traced, then stored')
+      print('traced program: ' + ('loaded from the cache' if loaded else 'traced, then stored')
             + f' ({os.path.join(cache_dir, PROGRAM_DIR)})')
   jax.block_until_ready(fn(d, ctrl[0], peak))  # warm-up (first-run allocations)
   t0 = time.perf_counter()
