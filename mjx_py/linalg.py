@@ -32,6 +32,43 @@ from jax import lax
 from .batching import per_world
 from .xla import full_precision
 
+# the CPU's batched eliminations over more than CPU_BLOCK worlds whose operands take more than
+# CPU_BLOCK_BYTES run in blocks of CPU_BLOCK worlds (_in_blocks)
+CPU_BLOCK = 64
+CPU_BLOCK_BYTES = 1 << 18
+
+
+def _in_blocks(batch_fn):
+  """batch_fn(a, *rest) over a batch (leading axis B; a (B, n, n) the matrices) run as blocks
+  of CPU_BLOCK worlds in a lax.map on CPU when B is larger and the operands take more than
+  CPU_BLOCK_BYTES, the last block padded with identity matrices (and zeros in the other
+  arguments): the whole batch at once elsewhere (small systems: the hopper's nv = 6 gains
+  nothing; accelerators need the batch's width).
+
+  Each elimination step reads and writes the whole work array: for the batch as a whole,
+  (n, n + k, B) floats, 3 MB at nv = 27 and B = 1024, beyond the core's L2 cache, so each step
+  streams it from memory; a block of 64 worlds, 190 KB, stays in cache for all n steps.
+  Measured (float32, 2-core CPU, FAST_COMPILE, (B, 27, 27) SPD systems, the fastest of 15
+  alternating calls): the [a | b] solve at B = 1024 10.55 -> 5.27 ms (blocks of 128: 10.81,
+  of 32: 8.45), at B = 512 4.80 -> 2.49 ms, and at nv = 14 (the ant), B = 512, 0.87 -> 0.46
+  ms; the same results bit for bit. At nv = 6 (0.11 ms) blocks change nothing."""
+  def fn(a, *rest):
+    B = a.shape[0]
+    nbytes = sum(x.size * x.dtype.itemsize for x in (a,) + rest)
+    if (B <= CPU_BLOCK or nbytes <= CPU_BLOCK_BYTES or jax.default_backend() != 'cpu'):
+      return batch_fn(a, *rest)
+    nb = -(-B // CPU_BLOCK)
+    pad = nb * CPU_BLOCK - B
+    if pad:
+      eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), (pad,) + a.shape[1:])
+      a = jnp.concatenate([a, eye])
+      rest = tuple(jnp.concatenate([x, jnp.zeros((pad,) + x.shape[1:], x.dtype)])
+                   for x in rest)
+    blocks = tuple(x.reshape((nb, CPU_BLOCK) + x.shape[1:]) for x in (a,) + rest)
+    out = lax.map(lambda xs: batch_fn(*xs), blocks)
+    return out.reshape((nb * CPU_BLOCK,) + out.shape[2:])[:B]
+  return fn
+
 
 def _inverse_batch(a):
   """Gauss-Jordan inverses (B, n, n) of a batch of matrices (B, n, n), the batch as the minor
@@ -58,7 +95,7 @@ def _inverse_batch(a):
   return jnp.moveaxis(lax.fori_loop(0, n, body, w), -1, 0)
 
 
-_inverse = per_world(_inverse_batch)
+_inverse = per_world(_in_blocks(_inverse_batch))
 
 
 def inverse(a):
@@ -121,7 +158,7 @@ def _solve_batch(a, b):
   return x[..., 0] if vector else x
 
 
-_solve_direct = per_world(_solve_batch)
+_solve_direct = per_world(_in_blocks(_solve_batch))
 
 
 def _solve_lu_batch(a, b):

@@ -76,6 +76,46 @@ def test_solve_direct_unbatched_vmapped_and_nested(n, library, monkeypatch):
                              np.linalg.solve(a[:, 0], many), **tol)
 
 
+def test_cpu_blocks_give_the_whole_batch_results(monkeypatch):
+  """On CPU a batch of more than linalg.CPU_BLOCK worlds whose operands take more than
+  CPU_BLOCK_BYTES is eliminated in blocks of CPU_BLOCK worlds (linalg._in_blocks, a lax.map;
+  the last block padded with identity matrices): blocks of 4 here, over 10 worlds (two full
+  blocks and a padded one), under nested vmaps, equal the elimination of the whole batch at
+  once bit for bit, for the inverse and for the direct solve with a vector and a matrix right-
+  hand side, and numpy's."""
+  assert jax.default_backend() == 'cpu'
+  n = 7
+  rng = np.random.default_rng(3)
+  a = _spd((2, 5), n)
+  b = rng.normal(size=(2, 5, n))
+  bk = rng.normal(size=(2, 5, n, 3))
+  programs = {
+      'inverse': (lambda a, b, bk: linalg.inverse(a)),
+      'solve': (lambda a, b, bk: linalg.solve_direct(a, b)),
+      'solve_k': (lambda a, b, bk: linalg.solve_direct(a, bk))}
+
+  def run(fn):
+    return jax.device_get(jax.jit(jax.vmap(jax.vmap(fn)))(a, b, bk))
+
+  whole = {k: run(f) for k, f in programs.items()}
+  monkeypatch.setattr(linalg, 'CPU_BLOCK', 4)
+  monkeypatch.setattr(linalg, 'CPU_BLOCK_BYTES', 0)
+  calls, lax_map = [], jax.lax.map
+  monkeypatch.setattr(jax.lax, 'map', lambda f, xs: calls.append(xs[0].shape) or
+                      lax_map(f, xs))
+  for k, f in programs.items():
+    blocked = run(lambda *args, f=f: f(*args))
+    np.testing.assert_array_equal(blocked, whole[k], err_msg=k)
+  # each program's flat batch of 10 worlds in 3 blocks (the inner vmap's rule, traced first
+  # on its 5 worlds, is traced in 2)
+  assert calls.count((3, 4, n, n)) == 3, calls
+  np.testing.assert_allclose(whole['inverse'], np.linalg.inv(a), rtol=1e-9,
+                             atol=1e-12 * np.abs(np.linalg.inv(a)).max())
+  np.testing.assert_allclose(whole['solve'], np.linalg.solve(a, b[..., None])[..., 0],
+                             rtol=1e-8)
+  np.testing.assert_allclose(whole['solve_k'], np.linalg.solve(a, bk), rtol=1e-8)
+
+
 def test_general_solve_without_pivoting():
   # M - h D of the implicit integrators: nonsymmetric, nonzero leading minors
   rng = np.random.default_rng(1)
