@@ -144,6 +144,9 @@ def main():
   parser.add_argument('--nconmax', type=int, default=None,
                       help="mjx_py's contact capacity (put_model nconmax; default: its "
                            'per-geom budget); MuJoCo C and MJX size their contacts their own way')
+  parser.add_argument('--njmax', type=int, default=None,
+                      help="mjx_py's constraint-row capacity (put_model njmax; default: every "
+                           'row its contact capacity can produce)')
   parser.add_argument('--devices', type=int, default=None,
                       help="CPU devices mjx_py splits a batch over (mjx_py.xla.set_cpu_flags; "
                            'default: one per core, 1: a single device; MJX runs on one)')
@@ -166,7 +169,7 @@ def main():
     c, sps = testspeed.time_rollout(
         xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
         compiler_options=testspeed.compile_options_for(batch, not args.full_opt),
-        repeat=args.repeat, nconmax=args.nconmax)
+        repeat=args.repeat, nconmax=args.nconmax, njmax=args.njmax)
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
     c1 = _time_mujoco(xml, batch, args.nstep, 1, args.repeat)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu, args.repeat)

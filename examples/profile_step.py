@@ -1,7 +1,7 @@
 """Where a batched step's run time goes, operation by operation, on any backend.
 
 Run: python examples/profile_step.py [MODEL] [--batch B] [--nstep 5] [--calls 2] [--top 30]
-     [--depth 2] [--out DIR]
+     [--depth 2] [--out DIR] [--nconmax N] [--njmax N]
 
 Rolls MODEL's batch of B worlds 300 steps with random controls (a state with contacts), compiles
 an NSTEP-step ``lax.scan`` of ``jax.vmap(mjx_py.step)`` and times it (median of 7 calls), then
@@ -131,6 +131,8 @@ def main():
   parser.add_argument('--top', type=int, default=30)
   parser.add_argument('--depth', type=int, default=2, help='frames per source key')
   parser.add_argument('--out', default=None, help='keep the trace and the HLO here')
+  parser.add_argument('--nconmax', type=int, default=None, help='contact capacity')
+  parser.add_argument('--njmax', type=int, default=None, help='constraint-row capacity')
   args = parser.parse_args()
   on_cpu = jax.default_backend() == 'cpu'
   if on_cpu:
@@ -138,7 +140,8 @@ def main():
   B, ns = args.batch, args.nstep
   xml = open(args.model).read()
   m, d0, ctrl = testspeed.model_and_controls(xml, (300, B),
-                                             base_dir=os.path.dirname(args.model))
+                                             base_dir=os.path.dirname(args.model),
+                                             nconmax=args.nconmax, njmax=args.njmax)
   d = jax.block_until_ready(jax.jit(testspeed.batched_rollout(m))(
       testspeed.broadcast_batch(d0, B), ctrl))
   f1 = jax.vmap(lambda d: mjx_py.step(m, d))

@@ -62,6 +62,12 @@ def main(argv=None) -> int:
                            'contact and constraint stages grows with it; contacts beyond it '
                            'are dropped (the shallowest first) and counted as warnings. The '
                            'pairs tested (npairmax) stay at least the default\'s')
+  parser.add_argument('--njmax', type=int, default=None,
+                      help="constraint-row capacity of mjx_py's Model (put_model's njmax; "
+                           'default: every row the contact capacity can produce, e.g. 262 for '
+                           'the humanoid): the efc buffers, the constraint rows and the solver '
+                           'cost in proportion to it; a world whose rows do not fit gets none '
+                           'in that step (mjWARN_CNSTRFULL, as MuJoCo)')
   parser.add_argument('--full-opt', action='store_true',
                       help="compile with XLA's default CPU emitters (slower to compile, more "
                            'memory, and with jax 0.10.2 not faster to run) instead of '
@@ -85,7 +91,7 @@ def main(argv=None) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 1
   t0 = time.perf_counter()
-  m = capacity_model(arrays, args.nconmax)
+  m = capacity_model(arrays, args.nconmax, args.njmax)
   t_put = time.perf_counter() - t0
   print(f'model: {args.model}')
   sizes = ('nq nv nu na nbody njnt ngeom nsite ncam nlight nmocap ntendon nwrap neq npair '
@@ -94,7 +100,7 @@ def main(argv=None) -> int:
   print(f'total mass: {float(m.body_mass.sum()):.4g} kg, timestep: {float(m.opt.timestep):g} s')
   print(f'capacity: nconmax={m.nconmax} contacts, npairmax={m.npairmax} pairs per geom type '
         f'pair, nefc_max={m.nefc_max} constraint rows'
-        + ('' if args.nconmax is None else ' (--nconmax)'))
+        + ''.join(f' (--{k})' for k in ('nconmax', 'njmax') if getattr(args, k) is not None))
   print(f'compile (MJCF -> arrays): best {min(times) * 1e3:.1f} ms of {len(times)}, '
         f'first {times[0] * 1e3:.1f} ms; put_model: {t_put * 1e3:.1f} ms')
   if args.nstep > 0 and args.batch > 0:
@@ -105,7 +111,7 @@ def main(argv=None) -> int:
       xml = disable_constraints(xml)
     simulate(xml, args.batch, args.nstep, os.path.dirname(args.model), args.smooth,
              progress=not args.no_progress, fast_compile=not args.full_opt,
-             cache=args.cache, nconmax=args.nconmax)
+             cache=args.cache, nconmax=args.nconmax, njmax=args.njmax)
     if args.compare:
       return _compare(args)
   return 0
@@ -121,14 +127,14 @@ def _progress(done: int, total: int, steps_per_s: float) -> None:
 
 def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
              progress: bool = True, fast_compile: bool = True, cache: bool = False,
-             nconmax: int | None = None) -> float:
+             nconmax: int | None = None, njmax: int | None = None) -> float:
   """Compiles the batched step and runs ``batch`` worlds for about ``nstep`` steps (whole
   chunks of a jitted lax.scan, so that the bar can move), printing the compile time,
   env-steps/s and peak memory. Returns env-steps/s. ``fast_compile``: compile with
   mjx_py.FAST_COMPILE (else XLA's defaults); ``cache``: with JAX's persistent compilation
   cache (mjx_py.enable_compile_cache) and the traced program on disk (mjx_py.xla.lower_cached,
-  where jax.export can serialize), whose hits and misses are printed; ``nconmax``: the
-  contact capacity (None: put_model's default)."""
+  where jax.export can serialize), whose hits and misses are printed; ``nconmax`` and
+  ``njmax``: the contact and constraint-row capacities (None: put_model's defaults)."""
   import jax
 
   from . import testspeed
@@ -149,7 +155,7 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   chunk = max(1, nstep // 20)
   nchunk = -(-nstep // chunk)
   m, d, ctrl = testspeed.model_and_controls(xml, (nchunk, chunk, batch), base_dir=base_dir,
-                                            nconmax=nconmax)
+                                            nconmax=nconmax, njmax=njmax)
   fn, place, ndev = testspeed.per_device(testspeed.batched_rollout(m, peaks=True), batch,
                                          in_axes=(0, 1, 0))
   d, ctrl = place(testspeed.broadcast_batch(d, batch)), place(ctrl, axis=2)
@@ -206,7 +212,8 @@ def simulate(xml: str, batch: int, nstep: int, base_dir: str, smooth: bool,
   ncon, nefc = (int(x) for x in jax.numpy.max(peak, axis=0))
   print(f'capacity used: at most {ncon} of nconmax={m.nconmax} contacts and {nefc} of '
         f'nefc_max={m.nefc_max} constraint rows in any world and step (the stages after '
-        'collision cost in proportion to the capacities: --nconmax, README Benchmarks)')
+        'collision cost in proportion to the capacities: --nconmax, --njmax, README '
+        'Benchmarks)')
   device = testspeed.peak_device_mb()
   print(f'peak memory: {testspeed.peak_rss_mb():,.0f} MB resident'
         + (f', {device:,.0f} MB on the device' if device is not None else ''))
@@ -237,8 +244,9 @@ def _compare(args) -> int:
   cmd = [sys.executable, COMPARE_SCRIPT, args.model, '--batch', str(args.batch), '--nstep',
          str(args.nstep), '--mjx-nstep', str(args.mjx_nstep), '--mjx-timeout',
          str(args.mjx_timeout)]
-  if args.nconmax is not None:
-    cmd += ['--nconmax', str(args.nconmax)]
+  for k in ('nconmax', 'njmax'):
+    if getattr(args, k) is not None:
+      cmd += [f'--{k}', str(getattr(args, k))]
   cmd += (['--no-mjx'] * args.no_mjx + ['--smooth'] * args.smooth
           + ['--full-opt'] * args.full_opt)
   print('side by side (examples/compare_speed.py, the fastest of 3 runs each) ...', flush=True)

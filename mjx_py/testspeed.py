@@ -56,26 +56,29 @@ def _prepare_xml(path: str, smooth: bool) -> str:
   return disable_constraints(xml) if smooth else xml
 
 
-def capacity_model(arrays: dict, nconmax: int | None = None):
+def capacity_model(arrays: dict, nconmax: int | None = None, njmax: int | None = None):
   """put_model(arrays) with the contact capacity ``nconmax`` (None: put_model's default
-  budget); the pair capacity npairmax stays at least the default's, so that a smaller contact
-  buffer drops no pair that could touch (put_model's own npairmax default follows nconmax)."""
+  budget) and the constraint-row capacity ``njmax`` (None: put_model's default, every row the
+  contact capacity can produce); the pair capacity npairmax stays at least the default's, so
+  that a smaller contact buffer drops no pair that could touch (put_model's own npairmax
+  default follows nconmax)."""
   import mjx_py
   m = mjx_py.put_model(arrays)
-  if nconmax is None:
+  if nconmax is None and njmax is None:
     return m
-  return mjx_py.put_model(arrays, nconmax=nconmax, npairmax=max(nconmax, m.npairmax))
+  npairmax = m.npairmax if nconmax is None else max(nconmax, m.npairmax)
+  return mjx_py.put_model(arrays, nconmax=nconmax, npairmax=npairmax, njmax=njmax)
 
 
 def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = '',
-                       nconmax: int | None = None):
-  """The compiled Model (contact capacity ``nconmax``, see capacity_model), its zero Data and
-  random controls of shape ``shape + (nu,)``: uniform in the control range where limited,
-  standard normal elsewhere."""
+                       nconmax: int | None = None, njmax: int | None = None):
+  """The compiled Model (capacities ``nconmax`` and ``njmax``, see capacity_model), its zero
+  Data and random controls of shape ``shape + (nu,)``: uniform in the control range where
+  limited, standard normal elsewhere."""
   import mjx_py
   from mjx_py import mjcf
   m = capacity_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')),
-                     nconmax)
+                     nconmax, njmax)
   d0 = mjx_py.make_data(m)
   lo, hi = np.asarray(m.actuator_ctrlrange).T if m.nu else (np.zeros(0), np.zeros(0))
   ctrl = random_controls(lo, hi, np.asarray(m.actuator_ctrllimited) > 0, shape, seed)
@@ -179,14 +182,16 @@ def _lower(fn, *args, name: str, consts, cache: str | None):
 
 def time_rollout(xml: str, batch: int, nstep: int, seed: int = 0, base_dir: str = '',
                  compiler_options: dict | None = None, repeat: int = 1,
-                 nconmax: int | None = None, cache: str | None = None):
+                 nconmax: int | None = None, cache: str | None = None,
+                 njmax: int | None = None):
   """(compile seconds, steps/s) of vmap(step) over ``batch`` worlds for ``nstep`` steps
   (``compiler_options``: XLA options of the compile, e.g. mjx_py.FAST_COMPILE; ``nconmax``:
-  the contact capacity, None for the default; ``cache``: a cache directory for lower_cached,
+  the contact capacity, None for the default; ``njmax``: the constraint-row capacity, None
+  for the default; ``cache``: a cache directory for lower_cached,
   None to trace); the steps/s of the fastest of ``repeat`` runs
   after a warm-up run. With several devices (one per CPU core after mjx_py.xla.set_cpu_flags)
   each steps its block of the worlds (per_device), as mujoco.rollout's threads do."""
-  m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir, nconmax)
+  m, d0, ctrl = model_and_controls(xml, (nstep, batch), seed, base_dir, nconmax, njmax)
   fn, place, _ = per_device(batched_rollout(m), batch, in_axes=(0, 1))
   dbatch, ctrl = place(broadcast_batch(d0, batch)), place(ctrl, axis=1)
   t0 = time.perf_counter()
@@ -268,6 +273,9 @@ def main(argv=None) -> int:
                       help='timed runs per batch size (the fastest is reported)')
   parser.add_argument('--nconmax', type=int, default=None,
                       help='contact capacity (put_model nconmax; default: the per-geom budget)')
+  parser.add_argument('--njmax', type=int, default=None,
+                      help='constraint-row capacity (put_model njmax; default: every row the '
+                           'contact capacity can produce)')
   parser.add_argument('--devices', type=int, default=None,
                       help='CPU devices to split the batch over (mjx_py.xla.set_cpu_flags; '
                            'default: one per core, 1: a single device)')
@@ -292,7 +300,8 @@ def main(argv=None) -> int:
   for batch in args.batch:
     c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
                           compiler_options=compile_options_for(batch, not args.full_opt),
-                          repeat=args.repeat, nconmax=args.nconmax, cache=cache)
+                          repeat=args.repeat, nconmax=args.nconmax, cache=cache,
+                          njmax=args.njmax)
     print(f'{batch:>6} {sps:>14,.0f} {c:>10.2f}', flush=True)
   if args.grad:
     cs, cg, tf, tg, temp = time_grad(xml, args.grad, base_dir=os.path.dirname(args.model),

@@ -397,6 +397,13 @@ def test_main_job_contact_capacity(capsys):
                                            nconmax=4)
   assert m.nconmax == 4 and m.npairmax == default.npairmax
   assert m.nefc_max < default.nefc_max
+  # --njmax: the row capacity alone (the contact and pair capacities stay the default's)
+  assert main([hopper, '--repeat', '1', '--nstep', '0', '--njmax', '20']) == 0
+  out = capsys.readouterr().out
+  assert (f'capacity: nconmax={default.nconmax} contacts, npairmax={default.npairmax} pairs '
+          'per geom type pair, nefc_max=20 constraint rows (--njmax)\n' in out)
+  m = testspeed.capacity_model(mjx_py.mjcf.compile_file(hopper), njmax=20)
+  assert (m.nconmax, m.npairmax, m.nefc_max) == (default.nconmax, default.npairmax, 20)
 
 
 def test_rollout_peaks_are_the_largest_counts():
@@ -678,7 +685,12 @@ def test_compare_compile_example(tmp_path):
   assert grad.split()[6:] == ['1.5', fields[6], 'NOT', 'finite']
   assert float(fields[5]) == pytest.approx(float(fields[3]) + float(fields[4]), abs=0.011)
   assert example._row('small.xml', 'mjx', 'step', 'failed: x').endswith('step  failed: x')
-  # MJX's model: its solver at one iteration for the gradient only, the same control limits
+  args = example.argparse.Namespace(nstep=3, option='', full_opt=False, timeout=300)
+  failed = example._run_child('mjx_py', 'step', str(tmp_path / 'missing.xml'), args)
+  assert failed.startswith('failed: ') and 'missing.xml' in failed, failed
+  # MJX's model (mujoco-mjx is the bench extra, not the test one: skipped without it): its
+  # solver at one iteration for the gradient only, the same control limits
+  pytest.importorskip('mujoco.mjx')
   for grad in (False, True):
     _, mx, _, limits, replace = example._mjx(SMALL, str(tmp_path), grad)
     assert int(mx.opt.iterations) == (1 if grad else 100)
@@ -686,6 +698,3 @@ def test_compare_compile_example(tmp_path):
   from mjx_py import testspeed  # the controls' rule the script shares with testspeed
   ctrl = testspeed.random_controls(*limits, (50,))
   assert ctrl.shape == (50, 1) and np.all(np.abs(ctrl) <= 1)
-  args = example.argparse.Namespace(nstep=3, option='', full_opt=False, timeout=300)
-  failed = example._run_child('mjx_py', 'step', str(tmp_path / 'missing.xml'), args)
-  assert failed.startswith('failed: ') and 'missing.xml' in failed, failed
