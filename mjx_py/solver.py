@@ -90,7 +90,17 @@ about 1007, 790, 480, 160, 35, 5): batch 1024 went from 6,584 to 8,382 env-steps
 128: 8,031; 256: 7,277), batch 256 from 5,277 to 7,967, batch 128 from 5,900 to 7,021, and
 batch 4096 ran 7,748 (chunks of 128: 6,893); at batch 64, chunks of 32 were slower (5,737-5,860
 against 6,008-6,160 unchunked), so batches up to 64 run whole. Accelerators run the whole batch
-(their throughput needs its width).
+(their throughput needs its width). What a chunk moves: each of its worlds' problem and carry
+(gathered from the worlds' flattened entries, _take_worlds: XLA:CPU gathers a (1, n, m) slice
+element by element, a flat row as one run), and J's first k0 rows, k0 the smallest row count
+(_take_rows, from the batch's J directly): the usual chunk fits k0 and uses them as they are; a
+chunk over k0 gathers its bucket's rows in each use. Its iteration keeps no select between the
+old and the new carry (its worlds all still iterate; its padding is dropped when written back).
+Until stop 59 a chunk gathered the largest bucket's rows from a copy of the batch's, and copied
+the smaller bucket's leading rows out of them in each of the iteration's three row-work uses
+(89 copies a solve at batch 512, 11% of its profiled time, against the profile's 2 now); the
+solve alone on 512 humanoid states from a rollout (float32, one device, alternating calls in
+one process, median ratio): 0.90-0.94 of the time, the iterates bit for bit the same.
 
 Rows. The efc buffers hold nefc_max = N rows (the most the model can produce at once); a world
 uses its first nefc, the rest are unused. The iterations' row work (the Hessian's J' D J, J
@@ -713,7 +723,8 @@ def row_buckets(n: int) -> tuple:
 
 def row_bucket(n: int) -> int:
   """The largest row bucket of the capacity ``n`` (row_buckets), or ``n`` when it has none:
-  the rows that _bucket_rows takes once per solve."""
+  the rows that efc_b and qfrc_constraint are summed over when the batch fits them
+  (_rows_product)."""
   return max(row_buckets(n), default=n)
 
 
@@ -891,6 +902,24 @@ def _lead_rows(J, k: int):
   return J.reshape(lead + (-1,))[..., :k * nv].reshape(lead + (k, nv))
 
 
+def _take_worlds(x, take):
+  """x[take] for a batch x (B, ...) and world indices take (c,), gathered from x's flattened
+  worlds (B, size): XLA:CPU moves a world's entries as one contiguous run then, where a gather
+  of (1, n, m) slices indexes every element (J's 72 rows of 27 for 64 of 512 humanoid worlds,
+  float32, the gather alone: 92 against 38 us)."""
+  if x.ndim < 3:
+    return x[take]
+  return x.reshape(x.shape[0], -1)[take].reshape(take.shape + x.shape[1:])
+
+
+def _take_rows(J, take, k: int):
+  """J[take, :k] (c, k, nv) for J (B, N, nv) and world indices take (c,): each world's first k
+  rows gathered as one contiguous run of its flattened rows (see _take_worlds), without a copy
+  of the batch's leading rows first."""
+  B, n, nv = J.shape
+  return J.reshape(B, n * nv)[take, :k * nv].reshape(take.shape[0], k, nv)
+
+
 def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   """The primal solver's iterations for a batch of worlds (every input has a leading axis B;
   stop_gradient inputs): (final carry, stats), the stats with shape (B, iterations).
@@ -920,9 +949,11 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   B = empty.shape[0]
   dtype = P.M.dtype
   zeros = (jnp.zeros((B,), dtype),) * 3 + (jnp.zeros((B,), jnp.int32),) * 3
-  # J's leading rows at each size, copied once per solve (the products cannot read a strided
-  # operand); the largest bucket's rows are what a CPU chunk gathers
-  Js = tuple(_lead_rows(P.J, k) for k in sizes[:-1]) + (P.J,)
+  chunk = _chunk_size(B)
+  chunked = chunk if chunk < B else None
+  # the whole batch's iterations: J's leading rows at each size, copied once per solve (the
+  # products cannot read a strided operand)
+  Js = tuple(_lead_rows(P.J, k) for k in sizes[:-1]) + (P.J,) if chunked is None else None
 
   def heads(P, jrows, k):
     return jax.vmap(lambda p, J: _head(p, k, J))(P, jrows(k))
@@ -934,7 +965,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
     return jax.vmap(functools.partial(_move, cfg), in_axes=(0, 0, 0, None) + (0,) * 7)(
         P, prm, C, first, alpha, slope, neval, Mv, jar, up, Jtf)
 
-  def iteration(P, prm, C, frozen, index, jrows):
+  def iteration(P, prm, C, frozen, index, jrows, keep=True):
     if cfg.newton:
       nblock = _row_blocks(P)
 
@@ -950,13 +981,18 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
     S = jax.vmap(_ls_init)(LN, snorm, prm, frozen)
     alpha, slope, neval = _linesearch_batch(cfg, P, LN, S, index)
     new, stats = move(P, prm, C, False, alpha, slope, neval, Mv, Jv, index, jrows)
+    if not keep:
+      # the frozen worlds are a CPU chunk's padding, which its write-back drops
+      return new, stats
     zero = jax.tree_util.tree_map(lambda x: x[:frozen.shape[0]], zeros)
     return _select(frozen, C, new), _select(frozen, zero, stats)
 
   index = _row_index(sizes, P)
 
   def batch_rows(k):
-    return Js[sizes.index(k)]
+    # whole-batch iterations share one copy of J's first k rows per solve; with CPU chunks
+    # only the start point reads them, and the copy is made in the branch taken
+    return Js[sizes.index(k)] if chunked is None else _lead_rows(P.J, k)
 
   C, up0, Jtf0 = _on_rows(sizes, index, lambda k: jax.vmap(functools.partial(_init, cfg, n))(
       heads(P, batch_rows, k), warm, empty))
@@ -967,17 +1003,17 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
       P, prm, C, True, zeros[0], jnp.ones((B,), dtype), zeros[3], jnp.zeros_like(C.search),
       C.jar, up0, Jtf0)
 
-  chunk = _chunk_size(B)
-  if chunk >= B:
+  if chunked is None:
     def body(C, k):
       del k
       return iteration(P, prm, C, C.done, index, batch_rows)
   else:
     nslot = -(-B // chunk) * chunk
-    # a chunk gathers J's rows up to the largest bucket (km); the all-row branches gather all
-    # of the chunk's rows themselves, in each use (only chunks over every bucket take them)
-    km = sizes[-2] if len(sizes) > 1 else n
-    Pm = P._replace(J=Js[-2] if len(sizes) > 1 else P.J)
+    # a chunk gathers J's first k0 rows (the smallest row count) directly from the batch's J
+    # (_take_rows), so that the usual chunk, whose worlds fit k0, uses them as they are; a
+    # chunk over k0 gathers its bucket's rows in each use (see the docstring)
+    k0 = sizes[0]
+    Pm = P._replace(J=P.J[:, :0])
 
     def body(C, k):
       # the worlds still iterating, in chunks of ``chunk``: gathered, iterated, scattered back
@@ -990,14 +1026,17 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
         C, stats = carry
         ids = lax.dynamic_slice_in_dim(order, j * chunk, chunk)
         take = jnp.minimum(ids, B - 1)
-        part = jax.tree_util.tree_map(lambda x: x[take], (Pm, prm, C))
-        Jm = part[0].J
+        part = jax.tree_util.tree_map(lambda x: _take_worlds(x, take), (Pm, prm, C))
+        Jm = _take_rows(P.J, take, k0)
+        part = (part[0]._replace(J=Jm),) + part[1:]
 
         def chunk_rows(k):
-          return _lead_rows(Jm, k) if k <= km else P.J[take]
+          return Jm if k == k0 else _take_rows(P.J, take, k)
 
         # the chunk's own row bucket (its worlds may fit a smaller one than the batch's)
-        new, st = iteration(*part, ids >= B, _row_index(sizes, part[0]), chunk_rows)
+        # its worlds are all still iterating: only its padding (ids B, dropped when written
+        # back) is frozen, and needs no select of the kept carry
+        new, st = iteration(*part, ids >= B, _row_index(sizes, part[0]), chunk_rows, keep=False)
         put = functools.partial(jax.tree_util.tree_map,
                                 lambda a, b: a.at[ids].set(b, mode='drop'))
         return put(C, new), put(stats, st)
@@ -1103,29 +1142,27 @@ def _force_at_jvp(primals, tangents):
   return fstar, df
 
 
-def _bucket_rows(J):
-  """J's first row_bucket(N) rows (k, nv), or None when the bucket is all N rows. Taken once
-  per solve and shared by its bucketed uses: each slice is a copy of k x nv per world (0.6 ms
-  of a humanoid step at batch 1024), as the products cannot read a strided operand. The copy is
-  made before the conds, so a batch that takes the full-row branches pays for it unused."""
-  k = row_bucket(J.shape[0])
-  return _lead_rows(J, k) if k < J.shape[0] else None
-
-
-def _rows_product(J, Jk, v, nefc, transpose=False):
+def _rows_product(J, v, nefc, transpose=False):
   """J v (N,), or J' v (nv,) with ``transpose``, for the efc Jacobian J (N, nv): over its first
-  k rows Jk (k, nv) (_bucket_rows; None: none) when no world of the batch uses more (a lax.cond
-  on the whole batch, as the iterations' row bucket), since the rows beyond nefc are zero and
-  add nothing."""
+  k = row_bucket(N) rows when no world of the batch uses more (a lax.cond on the whole batch,
+  as the iterations' row bucket), since the rows beyond nefc are zero and add nothing. The
+  bucket's product is a multiply and a sum over J's leading rows, which XLA fuses with the
+  slice: a dot cannot read the strided rows and needs a copy of them first (the humanoid's 72
+  of 262 rows at batch 512: one copy a solve, 1.2-1.6 ms of its profile's 28-30 ms)."""
+  n = J.shape[0]
+  k = row_bucket(n)
+
   def full():
     return J.T @ v if transpose else J @ v
 
-  if Jk is None:
+  if k >= n:
     return full()
-  n, k = J.shape[0], Jk.shape[0]
 
   def small():
-    return Jk.T @ v[:k] if transpose else jnp.pad(Jk @ v, (0, n - k))
+    Jk = J[:k]
+    if transpose:
+      return jnp.sum(Jk * v[:k, None], axis=0)
+    return jnp.pad(jnp.sum(Jk * v[None, :], axis=1), (0, n - k))
 
   return lax.cond(batch_any(nefc > k), full, small)
 
@@ -1254,8 +1291,7 @@ def solve_info(m, d):
   dtype = d.qacc_smooth.dtype
   prm = _params(m, dtype)
   warm = lax.stop_gradient(d.qacc_warmstart)
-  Jk = _bucket_rows(d.efc_J)
-  efc_b = _rows_product(d.efc_J, Jk, d.qacc_smooth, d.nefc) - d.efc_aref
+  efc_b = _rows_product(d.efc_J, d.qacc_smooth, d.nefc) - d.efc_aref
   use_dual = bool(dual_rows(m))
   if use_dual:
     dp = jax.tree_util.tree_map(lax.stop_gradient, dual.problem(d, d.efc_AR, efc_b))
@@ -1301,7 +1337,7 @@ def solve_info(m, d):
     niter = niter + ns_niter
   else:
     stats = _merge_stats(stats, niter, None, _nstats(m))
-  qfrc_constraint = _rows_product(d.efc_J, Jk, force, d.nefc, transpose=True)
+  qfrc_constraint = _rows_product(d.efc_J, force, d.nefc, transpose=True)
 
   improvement, gradient, slope, nactive, nchange, neval = stats
   sol = Solution(force, state, niter, improvement, gradient, slope, nactive, nchange, neval)

@@ -662,6 +662,16 @@ def test_profile_step_example():
   assert example.hlo_name(dict(name='loop_add_fusion_8',
                                args=dict(hlo_op='command_buffer_5'))) == 'loop_add_fusion.8'
   assert example.hlo_name(dict(name='MemcpyD2H', args=dict(hlo_op='while.160'))) == 'while.160'
+  # --solve: the solve alone, on the states forward's earlier stages give, is forward's solve
+  # (two worlds, one past the hinge's upper limit: a limit row)
+  m = mjx_py.from_xml_string(SMALL)
+  d = jax.vmap(lambda q: dataclasses.replace(mjx_py.make_data(m), qpos=q))(
+      jnp.asarray([[0.3], [1.2]], jnp.float32))
+  out = example.solve_alone(m)(example.solve_program(m, d, None))
+  ref = jax.jit(jax.vmap(lambda d: mjx_py.forward(m, d)))(d)
+  assert np.asarray(ref.nefc).tolist() == [0, 1]
+  np.testing.assert_allclose(out.qacc, ref.qacc, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(out.efc_force, ref.efc_force, rtol=1e-6, atol=1e-6)
 
 
 def test_compare_compile_example(tmp_path):

@@ -468,10 +468,11 @@ def test_row_buckets_give_the_iterates_of_all_rows(monkeypatch):
   bucket), as it rests 108 (all rows). A world solved alone, beside a world of the next size
   and beside a world over every bucket gets MuJoCo's solution, constraint states and iteration
   count (_compare), the same in every batch, and so does every world of a batch run in chunks
-  of 2 worlds whose buckets differ chunk by chunk (a chunk gathers the large bucket's rows of
-  J; a chunk over it gathers all rows in its row work). (The Newton Hessian sums blocks of
-  solver.ROW_BLOCK rows in every case, the 234 rows' last block clamped.) The states are
-  MuJoCo's (the module's other cases' way), so that no step or forward pass is compiled."""
+  of 2 worlds whose buckets differ chunk by chunk (a chunk gathers the small bucket's rows of
+  J; a chunk over it gathers its bucket's rows, or all rows, in each row-work use). (The
+  Newton Hessian sums blocks of solver.ROW_BLOCK rows in every case, the 234 rows' last block
+  clamped.) The states are MuJoCo's (the module's other cases' way), so that no step or forward
+  pass is compiled."""
   m, mj = _models(BOX, NEWTON_ELLIPTIC)
   sizes = solver.row_buckets(m.nefc_max)
   assert sizes == (32, 64) and solver.row_bucket(m.nefc_max) == 64
@@ -556,3 +557,17 @@ def test_hessian_row_blocks_equal_the_sum_over_all_rows(n, last):
   np.testing.assert_allclose(blocked, dense, rtol=1e-12, atol=1e-12)
   expect = M + np.einsum('wri,wr,wrj->wij', J, np.where(state == solver.QUADRATIC, D, 0.0), J)
   np.testing.assert_allclose(dense, expect, rtol=1e-12, atol=1e-12)
+
+
+def test_chunk_gathers_equal_fancy_indexing():
+  """The CPU chunks' gathers (solver._take_worlds, solver._take_rows) from the worlds' flattened
+  entries give x[take] and J[take, :k], the padding's clamped index included."""
+  rng = np.random.default_rng(7)
+  B, n, nv = 6, 10, 4
+  J = jnp.asarray(rng.normal(size=(B, n, nv)))
+  take = jnp.asarray([5, 0, 3, 5], jnp.int32)
+  for x in (J, J[:, :, 0], J[:, 0, 0], J[:, :0]):
+    np.testing.assert_array_equal(solver._take_worlds(x, take), np.asarray(x)[np.asarray(take)])
+  for k in (1, 4, n):
+    np.testing.assert_array_equal(solver._take_rows(J, take, k),
+                                  np.asarray(J)[np.asarray(take), :k])
