@@ -178,3 +178,27 @@ def test_solve_value_path_and_second_derivatives(fn):
   eps = 1e-6
   fd = (grad_a(a + eps * da, b) - grad_a(a - eps * da, b)) / (2 * eps)
   np.testing.assert_allclose(second, fd, rtol=1e-5, atol=1e-7 * np.abs(fd).max())
+
+
+@pytest.mark.parametrize('n', [12, 27])
+def test_two_steps_a_trip_equal_one(n, monkeypatch):
+  """From a batch of UNROLL_MIN_BATCH systems of UNROLL_MIN_N on, the eliminations take two
+  steps a loop trip (linalg._unroll; an odd phase length leaves a remainder step): the inverse
+  and the direct solve of 33 systems equal numpy's, and the one-step loops' results up to
+  rounding."""
+  assert linalg._unroll(n, linalg.UNROLL_MIN_BATCH) == 2
+  assert linalg._unroll(n, linalg.UNROLL_MIN_BATCH - 1) == linalg._unroll(6, 64) == 1
+  a = _spd((33,), n, seed=n)
+  b = np.random.default_rng(n).normal(size=(33, n))
+
+  def run():
+    return jax.device_get((jax.jit(jax.vmap(linalg.inverse))(a),
+                           jax.jit(jax.vmap(linalg.solve_direct))(a, b)))
+
+  inv2, x2 = run()
+  monkeypatch.setattr(linalg, 'UNROLL_MIN_BATCH', 10**9)
+  inv1, x1 = run()
+  expect_inv, expect_x = np.linalg.inv(a), np.linalg.solve(a, b[..., None])[..., 0]
+  for got, one, expect in ((inv2, inv1, expect_inv), (x2, x1, expect_x)):
+    np.testing.assert_allclose(got, expect, rtol=1e-9, atol=1e-12 * np.abs(expect).max())
+    np.testing.assert_allclose(got, one, rtol=1e-12, atol=1e-14 * np.abs(expect).max())
