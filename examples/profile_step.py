@@ -18,19 +18,20 @@ records CALLS calls with ``jax.profiler`` (a perfetto trace) and prints, per ste
 
 --solve profiles the constraint solve alone instead: ``jax.vmap(solver.solve)`` (the iterations
 and their CPU chunks) on the batch's states of the next step, the stages before it run once
-outside the profiled program. On CPU its profile adds little: the humanoid's solve at batch 512
-(one device) showed 28.4 ms busy per call for about 28 ms unprofiled, where the whole step's
-profile showed 141 ms busy for 73 ms (stop 59).
+outside the profiled program (the humanoid at batch 512, stop 59: 23.6 ms unprofiled, 2,852
+operations and 17.7 ms busy per solve).
 
 --out DIR keeps the trace (trace.json.gz) and the optimized HLO (step.hlo.gz). Profiling adds
 time to each operation, so the busy times are for comparing shares, not for the step's speed
 (the unprofiled median is printed first). On CPU the overhead is largest in a while loop that
 XLA runs operation by operation (its carry above the small-loop threshold, see mjx_py.xla):
-each trip's operations are charged it. The humanoid's CPU chunks at batch 1024 write their
-262-row results back by three such scatter loops of 64 trips, 24% of the profiled busy time;
-writing them to contiguous slots instead and taking them back by one gather changed the
-unprofiled step by nothing (one process, 11 alternating pairs, median ratio 1.034). Float32,
-XLA's default options on the accelerator, ``mjx_py.xla.compile_options()`` on CPU.
+each trip's operations are charged it. The script sets mjx_py.xla.set_cpu_flags before JAX's
+backend starts; until stop 59 it asked for the backend first, so that the flags (the 1 MB
+small-loop threshold among them) were not applied: its CPU profiles of stops 35-58 ran the
+solver's small loops operation by operation, and charged the CPU chunks' write-back a quarter
+of the busy time (the humanoid at batch 512: 15,860 operations, 141 ms busy for 73 ms
+unprofiled; with the flags 4,057 operations, 66 ms busy for 52 ms). Float32, XLA's default
+options on the accelerator, ``mjx_py.xla.compile_options()`` on CPU.
 """
 
 from __future__ import annotations
@@ -159,9 +160,14 @@ def main():
   parser.add_argument('--solve', action='store_true',
                       help='profile the constraint solve alone (one solve per call)')
   args = parser.parse_args()
+  # before JAX's backend starts (asking for the default backend starts it), or the flags are
+  # not applied: until stop 59 they were asked for after it, so the CPU profiles of stops 35-58
+  # ran XLA:CPU's small while loops operation by operation (without the 1 MB loop threshold);
+  # harmless on an accelerator
+  applied = mjx_py.xla.set_cpu_flags(1)
   on_cpu = jax.default_backend() == 'cpu'
-  if on_cpu:
-    mjx_py.xla.set_cpu_flags(1)
+  if on_cpu and not applied:
+    print('note: $XLA_FLAGS already set the CPU options or JAX had started; not added')
   B, ns = args.batch, args.nstep
   xml = open(args.model).read()
   m, d0, ctrl = testspeed.model_and_controls(xml, (300, B),
