@@ -100,7 +100,8 @@ Until stop 59 a chunk gathered the largest bucket's rows from a copy of the batc
 the smaller bucket's leading rows out of them in each of the iteration's three row-work uses
 (89 copies a solve at batch 512, 11% of its profiled time, against the profile's 2 now); the
 solve alone on 512 humanoid states from a rollout (float32, one device, alternating calls in
-one process, median ratio): 0.90-0.94 of the time, the iterates bit for bit the same.
+one process, median ratio): 0.90-0.94 of the time, the iterates bit for bit the same (with
+efc_b and qfrc_constraint's bucket products as multiply-sums, _rows_product, in stop 59 too).
 
 Rows. The efc buffers hold nefc_max = N rows (the most the model can produce at once); a world
 uses its first nefc, the rest are unused. The iterations' row work (the Hessian's J' D J, J
