@@ -951,10 +951,10 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   dtype = P.M.dtype
   zeros = (jnp.zeros((B,), dtype),) * 3 + (jnp.zeros((B,), jnp.int32),) * 3
   chunk = _chunk_size(B)
-  chunked = chunk if chunk < B else None
+  chunked = chunk < B
   # the whole batch's iterations: J's leading rows at each size, copied once per solve (the
   # products cannot read a strided operand)
-  Js = tuple(_lead_rows(P.J, k) for k in sizes[:-1]) + (P.J,) if chunked is None else None
+  Js = None if chunked else tuple(_lead_rows(P.J, k) for k in sizes[:-1]) + (P.J,)
 
   def heads(P, jrows, k):
     return jax.vmap(lambda p, J: _head(p, k, J))(P, jrows(k))
@@ -993,7 +993,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   def batch_rows(k):
     # whole-batch iterations share one copy of J's first k rows per solve; with CPU chunks
     # only the start point reads them, and the copy is made in the branch taken
-    return Js[sizes.index(k)] if chunked is None else _lead_rows(P.J, k)
+    return _lead_rows(P.J, k) if chunked else Js[sizes.index(k)]
 
   C, up0, Jtf0 = _on_rows(sizes, index, lambda k: jax.vmap(functools.partial(_init, cfg, n))(
       heads(P, batch_rows, k), warm, empty))
@@ -1004,7 +1004,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
       P, prm, C, True, zeros[0], jnp.ones((B,), dtype), zeros[3], jnp.zeros_like(C.search),
       C.jar, up0, Jtf0)
 
-  if chunked is None:
+  if not chunked:
     def body(C, k):
       del k
       return iteration(P, prm, C, C.done, index, batch_rows)
