@@ -44,9 +44,12 @@ def per_world(batch_fn):
   def _many_rule(axis_size, in_batched, *args):
     # (axis_size, B, ...): one flat batch of axis_size * B worlds
     args = _broadcast(axis_size, args, in_batched)
-    flat = jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), args)
+    # (sizes spelt out, not -1: a leaf may have no entries, e.g. a Newton carry's (0, 0) M^-1)
+    flat = jax.tree_util.tree_map(
+        lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), args)
     out = many(*flat)
-    out = jax.tree_util.tree_map(lambda x: x.reshape((axis_size, -1) + x.shape[1:]), out)
+    out = jax.tree_util.tree_map(
+        lambda x: x.reshape((axis_size, x.shape[0] // axis_size) + x.shape[1:]), out)
     return out, jax.tree_util.tree_map(lambda _: True, out)
 
   @custom_vmap
