@@ -10,6 +10,8 @@ gives it no rows in that step and counts mjWARN_CNSTRFULL.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import mujoco
@@ -132,6 +134,32 @@ def test_vmap_resets_only_the_bad_world():
     np.testing.assert_array_equal(out.warning_counts[i], single.warning_counts)
   assert int(out.warning_counts[1, 5]) == 1 and int(out.warning_counts[0, 5]) == 0
   np.testing.assert_allclose(out.time, [0.005] * 3)
+
+
+def test_nested_vmap_resets_only_the_bad_world():
+  """Two nested vmaps (a 2 x 2 batch, the Model's timestep batched on the outer axis): only
+  the world with the bad qpos is reset, in a step and in a bad qacc's reset after it."""
+  m = mjx_py.from_xml_string(XML)
+  d = mjx_py.make_data(m)
+  qpos = jnp.broadcast_to(d.qpos.at[1].set(0.05), (2, 2, 4))
+  qpos = qpos.at[1, 0, 1].set(np.nan)
+  frc = jnp.zeros((2, 2, 4)).at[0, 1, 1].set(np.nan)
+  batch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (2, 2) + x.shape), d)
+  batch = batch.__class__(**{**vars(batch), 'qpos': qpos, 'qfrc_applied': frc})
+  steps = jnp.asarray([0.005, 0.004])
+  models = dataclasses.replace(m, opt=dataclasses.replace(m.opt, timestep=steps))
+  axes = mjx_py.model_axes(m, ['opt.timestep'])
+  out = jax.jit(jax.vmap(jax.vmap(step, in_axes=(None, 0)), in_axes=(axes, 0)))(models, batch)
+  for i in range(2):
+    mi = dataclasses.replace(m, opt=dataclasses.replace(m.opt, timestep=steps[i]))
+    for j in range(2):
+      single = jax.jit(step)(mi, jax.tree_util.tree_map(lambda x, i=i, j=j: x[i, j], batch))
+      np.testing.assert_allclose(out.qpos[i, j], single.qpos, rtol=1e-12, atol=1e-12)
+      np.testing.assert_array_equal(out.warning_counts[i, j], single.warning_counts)
+  counts = np.asarray(out.warning_counts)
+  assert counts[1, 0, 4] == 1 and counts[0, 1, 6] == 1
+  assert counts[0, 0].sum() == 0 and counts[1, 1].sum() == 0
+  np.testing.assert_allclose(out.time, [[0.005, 0.0], [0.004, 0.004]])
 
 
 def test_gradient_through_checked_step_is_finite():
