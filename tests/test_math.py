@@ -132,14 +132,21 @@ def test_integer_prefix_sums_and_nonzero_equal_jax_numpy():
   """cumsum_int (a log-depth scan) equals jnp.cumsum, and nonzero_first equals
   jnp.nonzero(size=, fill_value=) (the rows' compaction in mjx_py.constraint), for masks that
   are empty, full, sparse and dense, with the size below, at and above the mask's length, also
-  under vmap (the batched step's form)."""
+  under vmap (the batched step's form), nested vmaps and unbatched. The last three shapes take
+  the scatter (n * size above NONZERO_DIRECT), the others the direct count."""
   rng = np.random.default_rng(3)
-  for n, size in [(1, 3), (5, 12), (10, 4), (62, 62), (300, 100)]:
+  shapes = [(1, 3), (5, 12), (10, 4), (62, 62), (300, 100), (300, 262), (700, 512), (600, 200)]
+  assert sum(n * size > math.NONZERO_DIRECT for n, size in shapes) == 3
+  for n, size in shapes:
     masks = np.stack([rng.random(n) < p for p in (0.0, 0.1, 0.5, 1.0)])
     want_sum = np.cumsum(masks, axis=1)
     want_idx = np.stack([np.asarray(jax.numpy.nonzero(x, size=size, fill_value=n)[0])
                          for x in masks])
     np.testing.assert_array_equal(np.asarray(jax.vmap(math.cumsum_int)(masks)), want_sum)
-    got = jax.vmap(functools.partial(math.nonzero_first, size=size, fill_value=n))(masks)
+    fn = functools.partial(math.nonzero_first, size=size, fill_value=n)
+    got = jax.vmap(fn)(masks)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(np.asarray(got), want_idx)
+    nested = jax.vmap(jax.vmap(fn))(masks.reshape(2, 2, n))
+    np.testing.assert_array_equal(np.asarray(nested), want_idx.reshape(2, 2, size))
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(masks[2])), want_idx[2])
