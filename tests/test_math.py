@@ -128,6 +128,20 @@ def test_mul_inert_vec_is_the_spatial_inertia():
   np.testing.assert_array_equal(np.asarray(math.mul_inert_vec(ib, vb)), want)
 
 
+def test_one_world_prefix_sum_on_an_accelerator_is_the_scan(monkeypatch):
+  """cumsum_int for one world: the loop on CPU, the log-depth scan when the default backend is
+  an accelerator (traced here with the backend's name patched); the same values."""
+  # (lengths not traced elsewhere in this process: custom_vmap keeps a traced body per shape)
+  x = np.random.default_rng(4).random(301) < 0.4
+  on_cpu = jax.make_jaxpr(math.cumsum_int)(x)
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'gpu')
+  on_gpu = jax.make_jaxpr(math.cumsum_int)(x[:299])
+  # the loop is a scan in the jaxpr (a fori_loop with static bounds); the log-depth scan pads
+  assert 'scan' in str(on_cpu) and 'scan' not in str(on_gpu) and 'pad' in str(on_gpu)
+  got = jax.core.eval_jaxpr(on_gpu.jaxpr, on_gpu.consts, x[:299])[0]
+  np.testing.assert_array_equal(np.asarray(got), np.cumsum(x[:299]))
+
+
 def test_integer_prefix_sums_and_nonzero_equal_jax_numpy():
   """cumsum_int (a log-depth scan) equals jnp.cumsum, and nonzero_first equals
   jnp.nonzero(size=, fill_value=) (the rows' compaction in mjx_py.constraint), for masks that
