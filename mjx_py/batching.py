@@ -18,7 +18,7 @@ from jax.custom_batching import custom_vmap
 from .xla import full_precision
 
 
-def _broadcast(axis_size, args, in_batched):
+def broadcast_unbatched(axis_size, args, in_batched):
   """``args`` with every unbatched leaf broadcast to a leading axis of ``axis_size``."""
   leaves, tree = jax.tree_util.tree_flatten(args)
   flags = jax.tree_util.tree_leaves(in_batched)
@@ -43,7 +43,7 @@ def per_world(batch_fn):
   @full_precision
   def _many_rule(axis_size, in_batched, *args):
     # (axis_size, B, ...): one flat batch of axis_size * B worlds
-    args = _broadcast(axis_size, args, in_batched)
+    args = broadcast_unbatched(axis_size, args, in_batched)
     # (sizes spelt out, not -1: a leaf may have no entries, e.g. a Newton carry's (0, 0) M^-1)
     flat = jax.tree_util.tree_map(
         lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:]), args)
@@ -60,10 +60,10 @@ def per_world(batch_fn):
   @one.def_vmap
   @full_precision
   def _one_rule(axis_size, in_batched, *args):
-    out = many(*_broadcast(axis_size, args, in_batched))
+    out = many(*broadcast_unbatched(axis_size, args, in_batched))
     return out, jax.tree_util.tree_map(lambda _: True, out)
 
   return one
 
 
-__all__ = ['per_world']
+__all__ = ['broadcast_unbatched', 'per_world']

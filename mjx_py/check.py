@@ -47,6 +47,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.custom_batching import custom_vmap
 
+from .batching import broadcast_unbatched
 from .data import make_data
 
 MAXVAL = 1e10                                        # mjMAXVAL
@@ -125,11 +126,7 @@ def _pick_value(bad, new, old):
 def _pick_value_rule(axis_size, in_batched, bad, new, old):
   # a batch: the select of each world's own state (its leaves given the batch axis first), as
   # plain operations, so that an enclosing vmap batches them as any other
-  flags = jax.tree_util.tree_leaves(in_batched)
-  leaves, tree = jax.tree_util.tree_flatten((bad, new, old))
-  leaves = [x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
-            for x, b in zip(leaves, flags)]
-  bad, new, old = jax.tree_util.tree_unflatten(tree, leaves)
+  bad, new, old = broadcast_unbatched(axis_size, (bad, new, old), in_batched)
   out = jax.tree_util.tree_map(
       lambda a, b: jnp.where(bad.reshape(bad.shape + (1,) * (a.ndim - 1)), a, b), new, old)
   return out, jax.tree_util.tree_map(lambda _: True, out)

@@ -143,7 +143,7 @@ def test_one_world_prefix_sum_on_an_accelerator_is_the_scan(monkeypatch):
 
 
 def test_integer_prefix_sums_and_nonzero_equal_jax_numpy():
-  """cumsum_int (a log-depth scan) equals jnp.cumsum, and nonzero_first equals
+  """cumsum_int (a log-depth scan under vmap) equals jnp.cumsum, and nonzero_first equals
   jnp.nonzero(size=, fill_value=) (the rows' compaction in mjx_py.constraint), for masks that
   are empty, full, sparse and dense, with the size below, at and above the mask's length, also
   under vmap (the batched step's form), nested vmaps and unbatched. The last three shapes take
