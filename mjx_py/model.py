@@ -377,13 +377,14 @@ Statistic = _frozen_pytree(
 
 # Engine-only index tables (not MuJoCo fields), built on the host by tree.tree_indices and
 # tendon.path_indices.
-ENGINE_FIELDS = ('body_levels', 'body_jnts', 'dof_ancestor', 'body_dofmask', 'wrap_tendonid',
-                 'tendon_seg', 'tendon_wrapseg', 'tendon_slot', 'col_geom', 'col_pairid',
-                 'col_conadr', 'col_sweep', 'col_exclude', 'col_explicit')
+ENGINE_FIELDS = ('body_levels', 'body_treeend', 'body_jnts', 'dof_ancestor', 'body_dofmask',
+                 'wrap_tendonid', 'tendon_seg', 'tendon_wrapseg', 'tendon_slot', 'col_geom',
+                 'col_pairid', 'col_conadr', 'col_sweep', 'col_exclude', 'col_explicit')
 __doc__ += '''
 Engine-only int32 index tables (see mjx_py.tree): body_levels (ndepth, width) body ids by
-depth; body_jnts (nbody, maxjnt) joint ids per body; dof_ancestor (nv, nv) ancestor mask;
-body_dofmask (nbody, nv) dofs that move each body. Tendon paths (see mjx_py.tendon):
+depth; body_treeend (nbody,) one past the last body of each body's subtree; body_jnts (nbody,
+maxjnt) joint ids per body; dof_ancestor (nv, nv) ancestor mask; body_dofmask (nbody, nv)
+dofs that move each body. Tendon paths (see mjx_py.tendon):
 wrap_tendonid (nwrap,) tendon of each wrap object; tendon_seg (nseg, 5) spatial-tendon
 segments; tendon_wrapseg (nwseg,) segments that wrap a geom; tendon_slot (nslot, 3) the points
 each path can write to wrap_xpos. Collision candidates (see mjx_py.collision.driver), grouped by

@@ -730,8 +730,7 @@ def rne_post_constraint(m, d, contact_force=None, efc_force=None):
   if m.nv:
     body_acc = jax.ops.segment_sum(d.cdof_dot * d.qvel[:, None] + d.cdof * d.qacc[:, None],
                                    m.dof_bodyid, num_segments=nbody)
-  init = jnp.zeros((nbody, 6), dt).at[0].set(world_acc)
-  cacc = tree.forward(m, lambda parent, inc: parent + inc, init, body_acc)
+  cacc = tree.path_sum(m, world_acc, body_acc)
   own = jax.vmap(_body_force)(d.cinert, cacc, d.cvel)
   cfrc = (own - ext).at[0].set(0.0)
   cfrc_int = tree.subtree_sum(m, cfrc)

@@ -18,7 +18,7 @@ set_const(m) -> Model
          qpos0 geom_bodyid geom_type geom_pos geom_quat geom_size geom_rbound site_bodyid
          site_pos site_quat tendon_* wrap_* tendon_armature actuator_trntype actuator_trnid
          actuator_gear actuator_cranklength stat, and the engine index tables (body_levels,
-         body_jnts, dof_ancestor, body_dofmask, tendon path tables)
+         body_treeend, body_jnts, dof_ancestor, body_dofmask, tendon path tables)
   writes body_subtreemass (nbody,)    sum of body_mass over each subtree
          dof_M0 (nv,)                 diagonal of the CRB joint-space inertia with dof armature
                                       (no tendon armature, MuJoCo's mj_setM0)

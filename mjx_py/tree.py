@@ -6,11 +6,20 @@ backward pass (child -> parent, e.g. subtree sums) processes the levels deepest 
 scan body is traced once, so compile time does not grow with the depth of the tree, and the
 serial work is the depth, not the number of bodies.
 
+The linear passes (sums over subtrees, and along the path from the world) of a model with at
+most ``DENSE_NBODY`` bodies are instead one product with the (nbody, nbody) 0/1 matrix of
+"body j is in body i's subtree": one kernel instead of a loop over the levels with a gather and
+a scatter per trip, which is faster to compile, to run and to differentiate for the small trees
+of RL models (the hopper, the ant, the humanoid); the product's cost grows with nbody^2, so
+larger trees keep the level loop.
+
 The level table is built on the host when the Model is made (``tree_indices``) and stored in
 the Model as int32 leaves:
 
   body_levels   (ndepth, width)  body ids at depth 1, 2, ...; padded with nbody (a sentinel
                                  that gathers clamp and scatters drop)
+  body_treeend  (nbody,)         one past the last body of each body's subtree (bodies are
+                                 numbered depth first, so body b's subtree is b .. end - 1)
   body_jnts     (nbody, maxjnt)  joint ids of each body in order, padded with -1
   dof_ancestor  (nv, nv)         1 where dof j is dof i or one of its ancestors (the sparsity
                                  pattern of the joint-space inertia matrix)
@@ -68,7 +77,13 @@ def tree_indices(arrays: dict) -> dict:
     if rows[0] != dof_body[v] or rows[-1] - rows[0] + 1 != len(rows):
       raise AssertionError(f'dof {v}: the bodies it moves are not numbered as a contiguous '
                            'subtree')
-  return {'body_levels': levels, 'body_jnts': jnts, 'dof_ancestor': ancestor,
+  # bodies are numbered depth first, so a subtree is contiguous and ends one past its last
+  # descendant; deepest-numbered first, each body's end folds into its parent's
+  treeend = np.arange(nbody, dtype=np.int32) + 1
+  for b in range(nbody - 1, 0, -1):
+    treeend[parent[b]] = max(treeend[parent[b]], treeend[b])
+  return {'body_levels': levels, 'body_treeend': treeend, 'body_jnts': jnts,
+          'dof_ancestor': ancestor,
           'body_dofmask': dofmask}
 
 
@@ -106,12 +121,51 @@ def forward(m, fn, init, inputs):
   return out
 
 
+DENSE_NBODY = 64
+"""Largest body count whose linear tree passes are one dense product (see the module's doc)."""
+
+
+def _subtree_matrix(m, dtype):
+  """(nbody, nbody) 0/1 matrix, entry (i, j) = 1 where body j is body i or one of its
+  descendants (j in i .. body_treeend[i] - 1), in ``dtype``."""
+  ids = jnp.arange(m.nbody, dtype=m.body_treeend.dtype)
+  inside = (ids[None, :] >= ids[:, None]) & (ids[None, :] < m.body_treeend[:, None])
+  return inside.astype(dtype)
+
+
+def _product(matrix, values):
+  """matrix (n, n) times values (n, ...) over the leading axis, exact in float32 on every
+  backend (no reduced-precision matrix units: the matrix is 0/1 but values are not)."""
+  return jnp.tensordot(matrix, values, axes=(1, 0), precision=jax.lax.Precision.HIGHEST)
+
+
+def path_sum(m, root, inc):
+  """Parent-to-child sum: out[0] = root, out[i] = out[parent[i]] + inc[i] for every body i > 0.
+
+  root: (...) the world's value; inc: (nbody, ...) each body's increment (row 0 unused).
+  Returns (nbody, ...). The sum, over body i's path from the world, of the increments (body i
+  included), plus root: a product with the transposed subtree matrix for small trees, the level
+  loop (``forward``) otherwise.
+  """
+  if m.nbody > DENSE_NBODY:
+    init = jnp.zeros_like(inc).at[0].set(root)
+    return forward(m, lambda parent, own: parent + own, init, inc)
+  inc = inc.at[0].set(0.0)
+  return root + _product(_subtree_matrix(m, inc.dtype).T, inc)
+
+
 def subtree_sum(m, values):
   """Child-to-parent pass: each body's value plus those of all its descendants.
 
-  values: array (nbody, ...). Returns an array of the same shape.
+  values: array (nbody, ...). Returns an array of the same shape. For a tree of at most
+  ``DENSE_NBODY`` bodies one product with the subtree matrix, else a loop over the levels,
+  deepest first, adding each level into its parents.
   """
   nbody = m.nbody
+  if nbody == 1:
+    return values
+  if nbody <= DENSE_NBODY:
+    return _product(_subtree_matrix(m, values.dtype), values)
 
   def level(acc, ids):
     valid = ids < nbody
@@ -120,7 +174,5 @@ def subtree_sum(m, values):
     contrib = jnp.where(mask, acc[safe], 0.0)
     return acc.at[m.body_parentid[safe]].add(contrib), None
 
-  if nbody == 1:
-    return values
   out, _ = jax.lax.scan(level, values, m.body_levels[::-1])
   return out

@@ -98,8 +98,7 @@ def com_vel(m, d):
 
   # forward pass: cvel = cvel_parent + velocity of the body's own joints
   body_vel = jax.ops.segment_sum(jnt_vel, m.jnt_bodyid, num_segments=m.nbody)
-  cvel = tree.forward(m, lambda parent, inc: parent + inc, jnp.zeros((m.nbody, 6), dtype),
-                      body_vel)
+  cvel = tree.path_sum(m, jnp.zeros(6, dtype), body_vel)
 
   # velocity just before each joint: parent velocity + earlier joints of the same body
   slots = jnp.where((m.body_jnts >= 0)[..., None], jnt_vel[jnp.maximum(m.body_jnts, 0)], 0.0)
@@ -145,8 +144,7 @@ def rne(m, d):
   world_acc = jnp.concatenate([jnp.zeros(3, dtype), -_gravity(m, dtype)])
   body_acc = jax.ops.segment_sum(d.cdof_dot * d.qvel[:, None], m.dof_bodyid,
                                  num_segments=m.nbody)
-  init = jnp.zeros((m.nbody, 6), dtype).at[0].set(world_acc)
-  cacc = tree.forward(m, lambda parent, inc: parent + inc, init, body_acc)
+  cacc = tree.path_sum(m, world_acc, body_acc)
   cfrc = jax.vmap(_body_bias_force)(d.cinert, cacc, d.cvel)
   cfrc = tree.subtree_sum(m, cfrc)
   bias = math.dot_small(d.cdof, cfrc[m.dof_bodyid])
