@@ -279,8 +279,11 @@ def actuation(m, d):
     adr = m.jnt_dofadr
     lo, hi = m.jnt_actfrcrange[:, 0], m.jnt_actfrcrange[:, 1]
     limited = m.jnt_actfrclimited > 0
-    clamped = jnp.where(limited, jnp.clip(qfrc[adr], lo, hi), qfrc[adr])
-    qfrc = qfrc.at[jnp.where(limited, adr, m.nv)].set(clamped, mode='drop')
+    clamped = jnp.clip(qfrc[adr], lo, hi)
+    # onto the limited joints' first dofs by a (nv, njnt) match (no scatter: a dof is the
+    # first dof of at most one joint)
+    hit = (adr[None, :] == jnp.arange(m.nv)[:, None]) & limited[None, :]
+    qfrc = jnp.where(jnp.any(hit, axis=1), jnp.sum(jnp.where(hit, clamped, 0.0), axis=1), qfrc)
 
   return dataclasses.replace(d, actuator_force=force, qfrc_actuator=qfrc, act_dot=act_dot,
                              warning_counts=warning_counts)

@@ -684,7 +684,7 @@ def _equality_wrenches(m, d, efc_force):
       pos = jnp.where(site[:, None], d.site_xpos[sid], pos)
     w = _com_wrench(m, d, b, pos, wrench)
     target = jnp.where(has & (b > 0), b, m.nbody)                 # world and none: dropped
-    out = out.at[target].add(sign * w, mode='drop')
+    out = out + tree.add_to_bodies(m, target, sign * w)
   return out
 
 
@@ -721,16 +721,12 @@ def rne_post_constraint(m, d, contact_force=None, efc_force=None):
       body = m.geom_bodyid[jnp.maximum(geom, 0)]
       w = _com_wrench(m, d, body, con.pos, wrench)
       target = jnp.where(used & (body > 0), body, nbody)       # world and unused: dropped
-      ext = ext.at[target].add(sign * w, mode='drop')
+      ext = ext + tree.add_to_bodies(m, target, sign * w)
   if efc_force is not None and m.neq and set(m.eq_types) & {EQ_CONNECT, EQ_WELD} and not (
       m.opt.disableflags & (DSBL_CONSTRAINT | DSBL_EQUALITY)):
     ext = ext + _equality_wrenches(m, d, efc_force)
   # cacc: parent-to-child accumulation
-  body_acc = jnp.zeros((nbody, 6), dt)
-  if m.nv:
-    body_acc = jax.ops.segment_sum(d.cdof_dot * d.qvel[:, None] + d.cdof * d.qacc[:, None],
-                                   m.dof_bodyid, num_segments=nbody)
-  cacc = tree.path_sum(m, world_acc, body_acc)
+  cacc = tree.dof_path_sum(m, world_acc, d.cdof_dot * d.qvel[:, None] + d.cdof * d.qacc[:, None])
   own = jax.vmap(_body_force)(d.cinert, cacc, d.cvel)
   cfrc = (own - ext).at[0].set(0.0)
   cfrc_int = tree.subtree_sum(m, cfrc)

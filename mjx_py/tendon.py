@@ -353,8 +353,13 @@ def _fixed(m, d):
   is_joint = m.wrap_type == WRAP_JOINT
   jnt = jnp.where(is_joint, m.wrap_objid, 0).clip(0, m.njnt - 1)
   coef = jnp.where(is_joint, m.wrap_prm, 0.0)
-  length = length.at[m.wrap_tendonid].add(coef * d.qpos[m.jnt_qposadr[jnt]])
-  jac = jac.at[m.wrap_tendonid, m.jnt_dofadr[jnt]].add(coef)
+  # sums over each tendon's wraps as products with (ntendon, nwrap) and (nwrap, nv) 0/1
+  # matches (XLA:CPU runs a scatter-add as a loop over its entries)
+  onto = (m.wrap_tendonid[None, :] == jnp.arange(m.ntendon)[:, None]).astype(dtype)
+  dof = (m.jnt_dofadr[jnt][:, None] == jnp.arange(m.nv)[None, :]).astype(dtype)
+  hi = jax.lax.Precision.HIGHEST
+  length = jnp.dot(onto, coef * d.qpos[m.jnt_qposadr[jnt]], precision=hi)
+  jac = jnp.dot(onto, coef[:, None] * dof, precision=hi)
   return length, jac
 
 

@@ -62,10 +62,13 @@ def sub_quat(qa, qb):
 
 
 def _scatter_row(nv, adr, vals, count):
-  """Row (nv,) with vals[k] at dof adr + k for k < count (count is traced)."""
+  """Row (nv,) with vals[k] at dof adr + k for k < count (count is traced): a sum of the
+  values over a (width, nv) match of slots to dofs (a handful of slots; a scatter-add would be
+  a loop over them on XLA:CPU)."""
   k = jnp.arange(vals.shape[0])
   vals = jnp.where(k < count, vals, 0.0)
-  return jnp.zeros(nv, vals.dtype).at[adr + k].add(vals, mode='drop')
+  hit = (adr + k)[:, None] == jnp.arange(nv)[None, :]                     # (width, nv)
+  return jnp.sum(jnp.where(hit, vals[:, None], 0.0), axis=0)
 
 
 def _joint(m, d, kind, jnt, gear):

@@ -154,6 +154,31 @@ def path_sum(m, root, inc):
   return root + _product(_subtree_matrix(m, inc.dtype).T, inc)
 
 
+def add_to_bodies(m, body, values):
+  """Per-body sums of values (k, ...) onto their bodies body (k,) int, 0 <= body: (nbody,
+  ...); an entry whose body is nbody or more is dropped. For at most DENSE_NBODY bodies one product
+  with the (nbody, k) 0/1 matrix of "entry j goes to body i" (XLA:CPU runs a scatter-add as a
+  loop over its entries), else a scatter-add."""
+  if m.nbody > DENSE_NBODY:
+    out = jnp.zeros((m.nbody,) + values.shape[1:], values.dtype)
+    return out.at[body].add(values, mode='drop')
+  onto = body[None, :] == jnp.arange(m.nbody, dtype=body.dtype)[:, None]
+  return _product(onto.astype(values.dtype), values)
+
+
+def dof_path_sum(m, root, x):
+  """Sum over each body's dofs and its ancestors' of a per-dof value, plus root: out[b] = root
+  + sum of x[v] over the dofs v that move body b (``body_dofmask``), (nbody, ...) for x (nv,
+  ...); out[0] = root. The parent-to-child passes of velocities and accelerations (cvel from
+  cdof qvel, cacc from cdof_dot qvel): for trees of at most DENSE_NBODY bodies one product with
+  body_dofmask, else a segment sum onto the dofs' bodies followed by ``path_sum``.
+  """
+  if m.nbody > DENSE_NBODY:
+    inc = jax.ops.segment_sum(x, m.dof_bodyid, num_segments=m.nbody)
+    return path_sum(m, root, inc)
+  return root + _product(m.body_dofmask.astype(x.dtype), x)
+
+
 def subtree_sum(m, values):
   """Child-to-parent pass: each body's value plus those of all its descendants.
 

@@ -96,9 +96,9 @@ def com_vel(m, d):
   jnt_vel = jnp.sum(motion, axis=1)                                       # (njnt, 6)
   free_trans = jnp.where(is_free[:, None], jnp.sum(motion[:, :3], axis=1), 0.0)
 
-  # forward pass: cvel = cvel_parent + velocity of the body's own joints
-  body_vel = jax.ops.segment_sum(jnt_vel, m.jnt_bodyid, num_segments=m.nbody)
-  cvel = tree.path_sum(m, jnp.zeros(6, dtype), body_vel)
+  # forward pass: cvel = cvel_parent + velocity of the body's own joints, i.e. the sum of
+  # cdof qvel over every dof that moves the body
+  cvel = tree.dof_path_sum(m, jnp.zeros(6, dtype), d.cdof * d.qvel[:, None])
 
   # velocity just before each joint: parent velocity + earlier joints of the same body
   slots = jnp.where((m.body_jnts >= 0)[..., None], jnt_vel[jnp.maximum(m.body_jnts, 0)], 0.0)
@@ -142,9 +142,7 @@ def rne(m, d):
   if not m.nv:
     return d
   world_acc = jnp.concatenate([jnp.zeros(3, dtype), -_gravity(m, dtype)])
-  body_acc = jax.ops.segment_sum(d.cdof_dot * d.qvel[:, None], m.dof_bodyid,
-                                 num_segments=m.nbody)
-  cacc = tree.path_sum(m, world_acc, body_acc)
+  cacc = tree.dof_path_sum(m, world_acc, d.cdof_dot * d.qvel[:, None])
   cfrc = jax.vmap(_body_bias_force)(d.cinert, cacc, d.cvel)
   cfrc = tree.subtree_sum(m, cfrc)
   bias = math.dot_small(d.cdof, cfrc[m.dof_bodyid])

@@ -1,6 +1,7 @@
-"""The tree passes (mjx_py.tree): subtree sums and sums along the path from the world, by the
-dense subtree matrix (trees of at most DENSE_NBODY bodies) and by the level loop (larger
-trees), against a plain loop over the bodies in float64, with the model's parent ids.
+"""The tree passes (mjx_py.tree): subtree sums, sums along the path from the world (of per-body
+and of per-dof values) and per-body sums of entries, by the dense products (trees of at most
+DENSE_NBODY bodies) and by the level loop and scatters (larger trees), against plain loops
+over the bodies in float64, with the model's parent ids.
 
 The humanoid (a free root, branching limbs) and the 20-link chain run both ways; a 70-link
 chain with a side branch is over DENSE_NBODY and takes the level loop by default.
@@ -30,7 +31,7 @@ def _branched_chain(n):
   return f'<mujoco><worldbody>{bodies}{"</body>" * n}</worldbody></mujoco>'
 
 
-def _reference(parent, values, root):
+def _reference(parent, values, root, dof_body, dof_values, body, entries):
   """Subtree sums and path sums by a loop over the bodies (parents come before children)."""
   sub = values.copy()
   for b in range(len(parent) - 1, 0, -1):
@@ -39,7 +40,18 @@ def _reference(parent, values, root):
   path[0] = root
   for b in range(1, len(parent)):
     path[b] = path[parent[b]] + values[b]
-  return sub, path
+  own = np.zeros_like(values)
+  for v, b in enumerate(dof_body):
+    own[b] += dof_values[v]
+  dofpath = np.zeros_like(values)
+  dofpath[0] = root
+  for b in range(1, len(parent)):
+    dofpath[b] = dofpath[parent[b]] + own[b]
+  added = np.zeros_like(values)
+  for b, e in zip(body, entries):
+    if 0 <= b < len(parent):
+      added[b] += e
+  return sub, path, dofpath, added
 
 
 def _model(name):
@@ -59,15 +71,21 @@ def test_tree_sums_match_a_loop(name, dense, monkeypatch):
   rng = np.random.default_rng(m.nbody)
   values = rng.standard_normal((m.nbody, 6))
   root = rng.standard_normal(6)
-  want_sub, want_path = _reference(np.asarray(m.body_parentid), values, root)
+  dof_values = rng.standard_normal((m.nv, 6))
+  body = rng.integers(0, m.nbody + 2, 3 * m.nbody)       # some past the last body: dropped
+  entries = rng.standard_normal((len(body), 6))
+  want = _reference(np.asarray(m.body_parentid), values, root, np.asarray(m.dof_bodyid),
+                    dof_values, body, entries)
   with jax.enable_x64(True):
     v, r = jnp.asarray(values, jnp.float64), jnp.asarray(root, jnp.float64)
-    sub = jax.jit(lambda v: tree.subtree_sum(m, v))(v)
-    path = jax.jit(lambda v, r: tree.path_sum(m, r, v))(v, r)
+    got = jax.jit(lambda v, r, x, b, e: (
+        tree.subtree_sum(m, v), tree.path_sum(m, r, v), tree.dof_path_sum(m, r, x),
+        tree.add_to_bodies(m, b, e)))(v, r, jnp.asarray(dof_values), jnp.asarray(body, jnp.int32),
+                                      jnp.asarray(entries))
     scalar = jax.jit(lambda v: tree.subtree_sum(m, v))(v[:, 0])
-  np.testing.assert_allclose(sub, want_sub, rtol=1e-13, atol=1e-13)
-  np.testing.assert_allclose(path, want_path, rtol=1e-13, atol=1e-13)
-  np.testing.assert_allclose(scalar, want_sub[:, 0], rtol=1e-13, atol=1e-13)
+  for g, w in zip(got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-13)
+  np.testing.assert_allclose(scalar, want[0][:, 0], rtol=1e-13, atol=1e-13)
 
 
 def test_treeend_is_one_past_each_subtree():
