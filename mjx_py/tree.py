@@ -99,9 +99,7 @@ def _gather(tree, ids):
 
 
 def forward(m, fn, init, inputs):
-  """Parent-to-child pass: ``out[i] = fn(out[parent[i]], inputs[i])`` for every body i > 0,
-  one depth level per loop trip (a tree of at most DENSE_NBODY bodies runs ``fn`` on every
-  body each trip and keeps the level's results: no gather or scatter of the level's rows).
+  """Parent-to-child pass: ``out[i] = fn(out[parent[i]], inputs[i])`` for every body i > 0.
 
   init: pytree of per-body arrays (leading axis nbody); row 0 (the world) is kept as given,
     the other rows are overwritten.
@@ -117,18 +115,9 @@ def forward(m, fn, init, inputs):
     carry = jax.tree_util.tree_map(lambda c, n: c.at[ids].set(n, mode='drop'), carry, new)
     return carry, None
 
-  def every_body(carry, ids):
-    # small trees: fn on every body from its parent's current values, kept for this level's
-    # bodies (the same arithmetic per body, without the level's gather and scatter)
-    here = jnp.any(ids[None, :] == jnp.arange(nbody, dtype=ids.dtype)[:, None], axis=1)
-    new = jax.vmap(fn)(_gather(carry, m.body_parentid), inputs)
-    return jax.tree_util.tree_map(
-        lambda c, n: jnp.where(here.reshape((nbody,) + (1,) * (c.ndim - 1)), n, c),
-        carry, new), None
-
   if nbody == 1:
     return init
-  out, _ = jax.lax.scan(every_body if nbody <= DENSE_NBODY else level, init, m.body_levels)
+  out, _ = jax.lax.scan(level, init, m.body_levels)
   return out
 
 
