@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from .math import MINVAL
@@ -282,7 +283,7 @@ def actuation(m, d):
     clamped = jnp.clip(qfrc[adr], lo, hi)
     # onto the limited joints' first dofs by a (nv, njnt) match (no scatter: a dof is the
     # first dof of at most one joint)
-    hit = (adr[None, :] == jnp.arange(m.nv)[:, None]) & limited[None, :]
+    hit = jax.nn.one_hot(adr, m.nv, dtype=bool).T & limited[None, :]
     qfrc = jnp.where(jnp.any(hit, axis=1), jnp.sum(jnp.where(hit, clamped, 0.0), axis=1), qfrc)
 
   return dataclasses.replace(d, actuator_force=force, qfrc_actuator=qfrc, act_dot=act_dot,

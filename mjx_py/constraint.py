@@ -599,7 +599,7 @@ def _limit(m, d) -> list:
     value = d.qpos[qadr]
     # side -1 (lower): dist = -(range0 - q), J = +1; side +1 (upper): dist = range1 - q, J = -1
     dist = jnp.stack([-(rng[:, 0] - value), rng[:, 1] - value], axis=1)
-    unit = (vadr[:, None] == jnp.arange(nv)[None, :]).astype(dtype)        # (n, nv) 0/1
+    unit = jax.nn.one_hot(vadr, nv, dtype=dtype)                            # (n, nv) 0/1
     jac = jnp.stack([unit, -unit], axis=1)                                  # (n, 2, nv)
     valid = jnp.ones((len(joints), 2), bool)
     if BALL in m.jnt_types:

@@ -355,8 +355,8 @@ def _fixed(m, d):
   coef = jnp.where(is_joint, m.wrap_prm, 0.0)
   # sums over each tendon's wraps as products with (ntendon, nwrap) and (nwrap, nv) 0/1
   # matches (XLA:CPU runs a scatter-add as a loop over its entries)
-  onto = (m.wrap_tendonid[None, :] == jnp.arange(m.ntendon)[:, None]).astype(dtype)
-  dof = (m.jnt_dofadr[jnt][:, None] == jnp.arange(m.nv)[None, :]).astype(dtype)
+  onto = jax.nn.one_hot(m.wrap_tendonid, m.ntendon, dtype=dtype).T
+  dof = jax.nn.one_hot(m.jnt_dofadr[jnt], m.nv, dtype=dtype)
   hi = jax.lax.Precision.HIGHEST
   length = jnp.dot(onto, coef * d.qpos[m.jnt_qposadr[jnt]], precision=hi)
   jac = jnp.dot(onto, coef[:, None] * dof, precision=hi)

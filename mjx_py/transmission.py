@@ -67,7 +67,7 @@ def _scatter_row(nv, adr, vals, count):
   a loop over them on XLA:CPU)."""
   k = jnp.arange(vals.shape[0])
   vals = jnp.where(k < count, vals, 0.0)
-  hit = (adr + k)[:, None] == jnp.arange(nv)[None, :]                     # (width, nv)
+  hit = jax.nn.one_hot(adr + k, nv, dtype=bool)                           # (width, nv)
   return jnp.sum(jnp.where(hit, vals[:, None], 0.0), axis=0)
 
 

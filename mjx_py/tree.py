@@ -83,8 +83,7 @@ def tree_indices(arrays: dict) -> dict:
   for b in range(nbody - 1, 0, -1):
     treeend[parent[b]] = max(treeend[parent[b]], treeend[b])
   return {'body_levels': levels, 'body_treeend': treeend, 'body_jnts': jnts,
-          'dof_ancestor': ancestor,
-          'body_dofmask': dofmask}
+          'dof_ancestor': ancestor, 'body_dofmask': dofmask}
 
 
 def scalar_joints(m) -> bool:
@@ -134,8 +133,9 @@ def _subtree_matrix(m, dtype):
 
 
 def _product(matrix, values):
-  """matrix (n, n) times values (n, ...) over the leading axis, exact in float32 on every
-  backend (no reduced-precision matrix units: the matrix is 0/1 but values are not)."""
+  """matrix (r, n) times values (n, ...) over values' leading axis: (r, ...), exact in
+  float32 on every backend (no reduced-precision matrix units: the matrix is 0/1 but the
+  values are not)."""
   return jnp.tensordot(matrix, values, axes=(1, 0), precision=jax.lax.Precision.HIGHEST)
 
 
@@ -156,14 +156,13 @@ def path_sum(m, root, inc):
 
 def add_to_bodies(m, body, values):
   """Per-body sums of values (k, ...) onto their bodies body (k,) int, 0 <= body: (nbody,
-  ...); an entry whose body is nbody or more is dropped. For at most DENSE_NBODY bodies one product
-  with the (nbody, k) 0/1 matrix of "entry j goes to body i" (XLA:CPU runs a scatter-add as a
-  loop over its entries), else a scatter-add."""
+  ...); an entry whose body is nbody or more is dropped. For at most DENSE_NBODY bodies one
+  product with the (nbody, k) 0/1 matrix of "entry j goes to body i" (XLA:CPU runs a
+  scatter-add as a loop over its entries), else a scatter-add."""
   if m.nbody > DENSE_NBODY:
     out = jnp.zeros((m.nbody,) + values.shape[1:], values.dtype)
     return out.at[body].add(values, mode='drop')
-  onto = body[None, :] == jnp.arange(m.nbody, dtype=body.dtype)[:, None]
-  return _product(onto.astype(values.dtype), values)
+  return _product(jax.nn.one_hot(body, m.nbody, dtype=values.dtype).T, values)
 
 
 def dof_path_sum(m, root, x):
