@@ -92,10 +92,22 @@ batch 4096 ran 7,748 (chunks of 128: 6,893); at batch 64, chunks of 32 were slow
 against 6,008-6,160 unchunked), so batches up to 64 run whole. Accelerators run the whole batch
 (their throughput needs its width). What a chunk moves: each of its worlds' problem and carry
 (gathered from the worlds' flattened entries, _take_worlds: XLA:CPU gathers a (1, n, m) slice
-element by element, a flat row as one run), and J's first k0 rows, k0 the smallest row count
-(_take_rows, from the batch's J directly): the usual chunk fits k0 and uses them as they are; a
-chunk over k0 gathers its bucket's rows in each use. Its iteration keeps no select between the
-old and the new carry (its worlds all still iterate; its padding is dropped when written back).
+element by element, a flat row as one run), and J's first rows (_take_rows, from the batch's J
+directly). The worlds whose rows fit the smallest row count k0 (the usual case) iterate in chunks
+of their own, which take only the first k0 rows of J, of the problem's per-row arrays and of the
+carry's (jar, forces, states), iterate on k0 rows and write back those rows (the rows past k0
+are unused in those worlds and stay so); the other worlds follow in chunks over every row, each
+gathering its bucket's rows of J in each use. The iterations are then compiled twice (at k0
+rows and at N), about 1 s more of a chunked program's XLA compile (the humanoid's batch-512
+step, three alternating rounds: a median of 11.1 against 10.2 s), for less data moved: by the
+arrays' shapes, the humanoid's chunks gathered about 2,700 floats a world per iteration (M, the
+problem's 262 rows, the carry) and wrote back about 900, against about 1,150 and 230 on its 40
+rows. Measured (float32, one device, alternating calls in one process, iterates bit for bit the
+same): the solve alone on 512 states from a rollout (median / fastest ratio) humanoid 0.927 /
+0.955, ant 0.956 / 0.928, hopper 0.831 / 0.778; 20-step rollouts at batch 512 humanoid 0.942 /
+0.952, hopper 0.957 / 0.989, ant 0.972 / 0.991 (and 1.014 / 1.078 in a noisier run). A chunk's
+iteration keeps no select between the old and the new carry (its worlds all still iterate; its
+padding is dropped when written back).
 Until stop 59 a chunk gathered the largest bucket's rows from a copy of the batch's, and copied
 the smaller bucket's leading rows out of them in each of the iteration's three row-work uses
 (89 copies a solve at batch 512, 11% of its profiled time, against the profile's 2 now); the
@@ -921,6 +933,32 @@ def _take_rows(J, take, k: int):
   return J.reshape(B, n * nv)[take, :k * nv].reshape(take.shape[0], k, nv)
 
 
+def _strip_rows(C: _Carry) -> _Carry:
+  """The carry without its per-row fields (jar, the update's force and state: None)."""
+  return C._replace(jar=None, up=C.up._replace(force=None, state=None))
+
+
+def _take_carry(C: _Carry, take, k: int) -> _Carry:
+  """The carry of worlds take (c,) from the batch's C (leading axis B), its per-row fields
+  (jar, the update's force and state, (B, N)) cut to their first k rows: (c, k)."""
+  rest = jax.tree_util.tree_map(lambda x: _take_worlds(x, take), _strip_rows(C))
+  return rest._replace(jar=C.jar[take, :k], up=rest.up._replace(
+      force=C.up.force[take, :k], state=C.up.state[take, :k]))
+
+
+def _put_carry(C: _Carry, ids, new: _Carry) -> _Carry:
+  """C with worlds ids (c,) replaced by new (leading axis c; ids past the batch dropped), whose
+  per-row fields may hold only the first k rows (the rows past k keep C's)."""
+  def put(a, b):
+    return a.at[ids].set(b, mode='drop')
+
+  def rows(a, b):
+    return put(a, b) if b.shape[1] == a.shape[1] else a.at[ids, :b.shape[1]].set(b, mode='drop')
+  rest = jax.tree_util.tree_map(put, _strip_rows(C), _strip_rows(new))
+  return rest._replace(jar=rows(C.jar, new.jar), up=rest.up._replace(
+      force=rows(C.up.force, new.up.force), state=rows(C.up.state, new.up.state)))
+
+
 def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   """The primal solver's iterations for a batch of worlds (every input has a leading axis B;
   stop_gradient inputs): (final carry, stats), the stats with shape (B, iterations).
@@ -943,7 +981,9 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   update and J' force) runs on the row bucket of the batch, or of each CPU chunk (_on_rows:
   the first k rows of cfg.sizes that every world fits); the carry keeps all N rows (those past
   the bucket are unused: jar, force 0, state UNUSED), so the iterations compile once and only
-  the row work once per size.
+  the row work once per size; with CPU chunks, the chunks whose worlds fit the smallest size
+  iterate on a carry and problem cut to those rows (see the module docstring), so there the
+  iterations compile at that size and at N.
   """
   sizes = cfg.sizes
   n = P.kind.shape[1]
@@ -959,14 +999,16 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   def heads(P, jrows, k):
     return jax.vmap(lambda p, J: _head(p, k, J))(P, jrows(k))
 
-  def move(P, prm, C, first, alpha, slope, neval, Mv, Jv, index, jrows):
+  def move(P, prm, C, first, alpha, slope, neval, Mv, Jv, index, jrows, sizes=sizes):
     jar = C.jar + alpha[:, None] * Jv
     up, Jtf = _on_rows(sizes, index, lambda k: jax.vmap(functools.partial(_constrain, cfg))(
         heads(P, jrows, k), jar))
     return jax.vmap(functools.partial(_move, cfg), in_axes=(0, 0, 0, None) + (0,) * 7)(
         P, prm, C, first, alpha, slope, neval, Mv, jar, up, Jtf)
 
-  def iteration(P, prm, C, frozen, index, jrows, keep=True):
+  def iteration(P, prm, C, frozen, index, jrows, keep=True, sizes=sizes):
+    # sizes: the row counts of the row work; the problem's and carry's rows: P.kind.shape[1]
+    n = P.kind.shape[1]
     if cfg.newton:
       nblock = _row_blocks(P)
 
@@ -980,8 +1022,8 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
         jrows(k), C.search))
     snorm, Mv, Jv, LN = jax.vmap(_prepare_search)(P, C, Jv)
     S = jax.vmap(_ls_init)(LN, snorm, prm, frozen)
-    alpha, slope, neval = _linesearch_batch(cfg, P, LN, S, index)
-    new, stats = move(P, prm, C, False, alpha, slope, neval, Mv, Jv, index, jrows)
+    alpha, slope, neval = _linesearch_batch(cfg._replace(sizes=sizes), P, LN, S, index)
+    new, stats = move(P, prm, C, False, alpha, slope, neval, Mv, Jv, index, jrows, sizes)
     if not keep:
       # the frozen worlds are a CPU chunk's padding, which its write-back drops
       return new, stats
@@ -1011,38 +1053,54 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
   else:
     nslot = -(-B // chunk) * chunk
     # a chunk gathers J's first k0 rows (the smallest row count) directly from the batch's J
-    # (_take_rows), so that the usual chunk, whose worlds fit k0, uses them as they are; a
-    # chunk over k0 gathers its bucket's rows in each use (see the docstring)
+    # (_take_rows); a chunk whose worlds all fit k0 also takes only the first k0 rows of the
+    # problem's and the carry's per-row arrays, and iterates on them (its row work at k0),
+    # writing back those rows; the other chunks take every row and gather their bucket's rows
+    # of J in each use (see the docstring)
     k0 = sizes[0]
     Pm = P._replace(J=P.J[:, :0])
+    small = k0 < n
+    if small:
+      fits = jnp.sum(P.kind != _NONE, axis=1) <= k0
+      P0 = jax.vmap(lambda p: _head(p, k0, p.J))(Pm)
 
-    def body(C, k):
-      # the worlds still iterating, in chunks of ``chunk``: gathered, iterated, scattered back
-      del k
-      active = ~C.done
-      order = nonzero_first(active, nslot, B)
-      nchunk = (jnp.sum(active, dtype=jnp.int32) + chunk - 1) // chunk
+    def chunks(C, stats, group, Pc, sizes_c):
+      # the worlds of ``group`` (B,), in chunks of ``chunk``: gathered, iterated, scattered
+      # back; Pc: the batch's problem without J, its rows cut to those the chunk takes
+      order = nonzero_first(group, nslot, B)
+      nchunk = (jnp.sum(group, dtype=jnp.int32) + chunk - 1) // chunk
+      kc = Pc.kind.shape[1]
 
       def one_chunk(j, carry):
         C, stats = carry
         ids = lax.dynamic_slice_in_dim(order, j * chunk, chunk)
         take = jnp.minimum(ids, B - 1)
-        part = jax.tree_util.tree_map(lambda x: _take_worlds(x, take), (Pm, prm, C))
-        Jm = _take_rows(P.J, take, k0)
-        part = (part[0]._replace(J=Jm),) + part[1:]
+        Jm = _take_rows(P.J, take, sizes_c[0])
+        part = jax.tree_util.tree_map(lambda x: _take_worlds(x, take), (Pc, prm))
+        part = (part[0]._replace(J=Jm), part[1], _take_carry(C, take, kc))
 
         def chunk_rows(k):
-          return Jm if k == k0 else _take_rows(P.J, take, k)
+          return Jm if k == sizes_c[0] else _take_rows(P.J, take, k)
 
         # the chunk's own row bucket (its worlds may fit a smaller one than the batch's)
         # its worlds are all still iterating: only its padding (ids B, dropped when written
         # back) is frozen, and needs no select of the kept carry
-        new, st = iteration(*part, ids >= B, _row_index(sizes, part[0]), chunk_rows, keep=False)
+        new, st = iteration(*part, ids >= B, _row_index(sizes_c, part[0]), chunk_rows,
+                            keep=False, sizes=sizes_c)
         put = functools.partial(jax.tree_util.tree_map,
                                 lambda a, b: a.at[ids].set(b, mode='drop'))
-        return put(C, new), put(stats, st)
+        return _put_carry(C, ids, new), put(stats, st)
 
-      return lax.fori_loop(0, nchunk, one_chunk, (C, zeros))
+      return lax.fori_loop(0, nchunk, one_chunk, (C, stats))
+
+    def body(C, k):
+      # the worlds still iterating: those that fit k0 in chunks on k0 rows, then the others
+      del k
+      active = ~C.done
+      if not small:
+        return chunks(C, zeros, active, Pm, sizes)
+      C, stats = chunks(C, zeros, active & fits, P0, (k0,))
+      return chunks(C, stats, active & ~fits, Pm, sizes[1:])
 
   def more(state):
     k, C, _ = state
