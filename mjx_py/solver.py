@@ -741,9 +741,14 @@ def row_bucket(n: int) -> int:
   return max(row_buckets(n), default=n)
 
 
+def _world_rows(P: _Problem):
+  """The rows in use in each world of the batch P (leading axis B): int32 (B,)."""
+  return jnp.sum(P.kind != _NONE, axis=1, dtype=jnp.int32)
+
+
 def _rows_used(P: _Problem):
   """The most rows in use in any world of the batch P (leading axis B): an int32 scalar."""
-  return jnp.max(jnp.sum(P.kind != _NONE, axis=1))
+  return jnp.max(_world_rows(P))
 
 
 def _row_index(sizes: tuple, P: _Problem):
@@ -946,15 +951,20 @@ def _take_carry(C: _Carry, take, k: int) -> _Carry:
       force=C.up.force[take, :k], state=C.up.state[take, :k]))
 
 
-def _put_carry(C: _Carry, ids, new: _Carry) -> _Carry:
-  """C with worlds ids (c,) replaced by new (leading axis c; ids past the batch dropped), whose
-  per-row fields may hold only the first k rows (the rows past k keep C's)."""
-  def put(a, b):
-    return a.at[ids].set(b, mode='drop')
+def _put_worlds(tree, ids, new):
+  """tree (leaves with leading axis B) with worlds ids (c,) replaced by new's (leading axis c);
+  ids past the batch (a chunk's padding) are dropped."""
+  return jax.tree_util.tree_map(lambda a, b: a.at[ids].set(b, mode='drop'), tree, new)
 
+
+def _put_carry(C: _Carry, ids, new: _Carry) -> _Carry:
+  """C with worlds ids (c,) replaced by new (_put_worlds), whose per-row fields may hold only
+  the first k rows (the rows past k keep C's)."""
   def rows(a, b):
-    return put(a, b) if b.shape[1] == a.shape[1] else a.at[ids, :b.shape[1]].set(b, mode='drop')
-  rest = jax.tree_util.tree_map(put, _strip_rows(C), _strip_rows(new))
+    if b.shape[1] == a.shape[1]:
+      return _put_worlds(a, ids, b)
+    return a.at[ids, :b.shape[1]].set(b, mode='drop')
+  rest = _put_worlds(_strip_rows(C), ids, _strip_rows(new))
   return rest._replace(jar=rows(C.jar, new.jar), up=rest.up._replace(
       force=rows(C.up.force, new.up.force), state=rows(C.up.state, new.up.state)))
 
@@ -1061,7 +1071,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
     Pm = P._replace(J=P.J[:, :0])
     small = k0 < n
     if small:
-      fits = jnp.sum(P.kind != _NONE, axis=1) <= k0
+      fits = _world_rows(P) <= k0
       P0 = jax.vmap(lambda p: _head(p, k0, p.J))(Pm)
 
     def chunks(C, stats, group, Pc, sizes_c):
@@ -1087,9 +1097,7 @@ def _iterate_batch(cfg: _Config, P: _Problem, warm, empty, prm: _Params):
         # back) is frozen, and needs no select of the kept carry
         new, st = iteration(*part, ids >= B, _row_index(sizes_c, part[0]), chunk_rows,
                             keep=False, sizes=sizes_c)
-        put = functools.partial(jax.tree_util.tree_map,
-                                lambda a, b: a.at[ids].set(b, mode='drop'))
-        return _put_carry(C, ids, new), put(stats, st)
+        return _put_carry(C, ids, new), _put_worlds(stats, ids, st)
 
       return lax.fori_loop(0, nchunk, one_chunk, (C, stats))
 
