@@ -2,13 +2,16 @@
 
 Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [--mjx-nstep 20]
      [--repeat 3] [--smooth] [--no-mjx] [--option "<option noslip_iterations=\"0\"/>"]
+     [--nconmax N] [--njmax N] [--fit-capacity] [--devices N]
 Needs the bench extra (mujoco, mujoco-mjx). All three run in one run on one machine (MJX in a
 child process, given up after --mjx-timeout), so the ratios are comparable; each figure is
 the fastest of --repeat timed runs (after a warm-up run for the JAX engines); each row ends
 with the throughput issue's two figures, ours as a share of MuJoCo C on all threads and as a
-multiple of MJX. ``mjx-py MODEL
---compare`` runs this script for its batch size. The engine itself never imports mujoco: it is
-the tests' oracle and this script's reference.
+multiple of MJX. ``--fit-capacity`` first sizes mjx_py's contact and constraint-row capacities
+to the model (mjx_py.fit_capacity, printed above the table); MuJoCo C allocates per step and
+MJX sizes its contact buffer from the model's candidate geom pairs: neither has the knob.
+``mjx-py MODEL --compare`` runs this script for its batch size. The engine itself never imports
+mujoco: it is the tests' oracle and this script's reference.
 """
 
 from __future__ import annotations
@@ -147,6 +150,10 @@ def main():
   parser.add_argument('--njmax', type=int, default=None,
                       help="mjx_py's constraint-row capacity (put_model njmax; default: every "
                            'row its contact capacity can produce)')
+  parser.add_argument('--fit-capacity', action='store_true',
+                      help="first fit mjx_py's nconmax and njmax to the model "
+                           '(mjx_py.fit_capacity: 64 worlds x 500 steps of random controls); '
+                           '--nconmax / --njmax given override the fit')
   parser.add_argument('--devices', type=int, default=None,
                       help="CPU devices mjx_py splits a batch over (mjx_py.xla.set_cpu_flags; "
                            'default: one per core, 1: a single device; MJX runs on one)')
@@ -160,6 +167,11 @@ def main():
     xml = testspeed.with_element(xml, args.option)
   if args.smooth:
     xml = testspeed.disable_constraints(xml)
+  if args.fit_capacity:
+    fit, _, line = testspeed.fit_for(xml, os.path.dirname(args.model))
+    print(line, flush=True)
+    args.nconmax = fit.nconmax if args.nconmax is None else args.nconmax
+    args.njmax = fit.njmax if args.njmax is None else args.njmax
   ncpu = os.cpu_count() or 1
   print(f"{'batch':>6} {'ours':>12} {'compile s':>10} {'MuJoCo 1thr':>12} "
         f"{f'MuJoCo {ncpu}thr':>12} {'MJX':>12} {'MJX compile':>11} {f'/ C {ncpu}thr':>9} "

@@ -68,6 +68,11 @@ def main(argv=None) -> int:
                            'the humanoid): the efc buffers, the constraint rows and the solver '
                            'cost in proportion to it; a world whose rows do not fit gets none '
                            'in that step (mjWARN_CNSTRFULL, as MuJoCo)')
+  parser.add_argument('--fit-capacity', action='store_true',
+                      help='first fit --nconmax and --njmax to the model (mjx_py.fit_capacity: '
+                           'the most contacts and rows of 64 worlds x 500 steps of random '
+                           'controls, with a margin); --nconmax / --njmax given override the '
+                           'fit')
   parser.add_argument('--full-opt', action='store_true',
                       help="compile with XLA's default CPU emitters (slower to compile, more "
                            'memory, and with jax 0.10.2 not faster to run) instead of '
@@ -90,6 +95,13 @@ def main(argv=None) -> int:
   except MJCFError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
+  if args.fit_capacity and not args.smooth:
+    from .testspeed import fit_for
+    with open(args.model) as f:
+      fit, _, line = fit_for(f.read(), os.path.dirname(args.model))
+    print(line)
+    args.nconmax = fit.nconmax if args.nconmax is None else args.nconmax
+    args.njmax = fit.njmax if args.njmax is None else args.njmax
   t0 = time.perf_counter()
   m = capacity_model(arrays, args.nconmax, args.njmax)
   t_put = time.perf_counter() - t0
@@ -100,7 +112,8 @@ def main(argv=None) -> int:
   print(f'total mass: {float(m.body_mass.sum()):.4g} kg, timestep: {float(m.opt.timestep):g} s')
   print(f'capacity: nconmax={m.nconmax} contacts, npairmax={m.npairmax} pairs per geom type '
         f'pair, nefc_max={m.nefc_max} constraint rows'
-        + ''.join(f' (--{k})' for k in ('nconmax', 'njmax') if getattr(args, k) is not None))
+        + ((' (--fit-capacity)' if args.fit_capacity and not args.smooth else '')
+           or ''.join(f' (--{k})' for k in ('nconmax', 'njmax') if getattr(args, k) is not None)))
   print(f'compile (MJCF -> arrays): best {min(times) * 1e3:.1f} ms of {len(times)}, '
         f'first {times[0] * 1e3:.1f} ms; put_model: {t_put * 1e3:.1f} ms')
   if args.nstep > 0 and args.batch > 0:

@@ -70,6 +70,26 @@ def capacity_model(arrays: dict, nconmax: int | None = None, njmax: int | None =
   return mjx_py.put_model(arrays, nconmax=nconmax, npairmax=npairmax, njmax=njmax)
 
 
+# the probe of --fit-capacity (the main job, examples/compare_speed.py)
+FIT_BATCH, FIT_NSTEP = 64, 500
+
+
+def fit_for(xml: str, base_dir: str = '') -> tuple:
+  """mjx_py.fit_capacity on the Model of ``xml`` at the default capacities, FIT_BATCH worlds x
+  FIT_NSTEP steps of random controls: (Capacity, seconds taken, compile included), and a line
+  that reports them."""
+  from mjx_py import capacity, mjcf, put_model
+  t0 = time.perf_counter()
+  m = put_model(mjcf.compile_string(xml, file=os.path.join(base_dir or '.', 'model.xml')))
+  fit = capacity.fit_capacity(m, batch=FIT_BATCH, nstep=FIT_NSTEP)
+  took = time.perf_counter() - t0
+  line = (f'fitted capacity (mjx_py.fit_capacity: {FIT_BATCH} worlds x {FIT_NSTEP} steps of '
+          f'random controls, {took:.1f} s): nconmax={fit.nconmax} (at most {fit.ncon} contacts '
+          f'seen, default {m.nconmax}), njmax={fit.njmax} (at most {fit.nefc} rows seen, '
+          f'default {m.nefc_max})')
+  return fit, took, line
+
+
 def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = '',
                        nconmax: int | None = None, njmax: int | None = None):
   """The compiled Model (capacities ``nconmax`` and ``njmax``, see capacity_model), its zero
@@ -106,6 +126,7 @@ def batched_rollout(m, peaks: bool = False):
   (ncon) and constraint rows (nefc) each world had after a step's forward pass, folded into the
   ``peak`` passed in (start from zeros), so that a run can tell how much of the capacities
   (nconmax, nefc_max) it used."""
+  from mjx_py.capacity import fold_peaks
   from mjx_py.forward import step
 
   def one(d, c):
@@ -118,7 +139,7 @@ def batched_rollout(m, peaks: bool = False):
     def body(carry, c):
       d, peak = carry
       d = one(d, c)
-      return (d, jnp.maximum(peak, jnp.stack([d.ncon, d.nefc], axis=-1))), None
+      return (d, fold_peaks(peak, d)), None
     return jax.lax.scan(body, (d, peak), ctrls)[0]
   return rollout_peaks if peaks else rollout
 

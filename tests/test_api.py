@@ -406,6 +406,36 @@ def test_main_job_contact_capacity(capsys):
   assert (m.nconmax, m.npairmax, m.nefc_max) == (default.nconmax, default.npairmax, 20)
 
 
+def test_main_fit_capacity(capsys, monkeypatch):
+  """The main job's --fit-capacity: mjx_py.fit_capacity's probe (shortened here) sets the
+  contact and row capacities, the pair capacity stays the default's, and --njmax given
+  overrides the fitted rows."""
+  import re
+
+  from mjx_py import capacity, testspeed
+  from mjx_py.__main__ import main
+  monkeypatch.setattr(testspeed, 'FIT_BATCH', 4)
+  monkeypatch.setattr(testspeed, 'FIT_NSTEP', 60)
+  hopper = os.path.join(ROOT, 'models', 'hopper.xml')
+  default = mjx_py.from_xml_path(hopper)
+  assert main([hopper, '--repeat', '1', '--nstep', '0', '--fit-capacity']) == 0
+  out = capsys.readouterr().out
+  fit = re.search(r'fitted capacity \(mjx_py.fit_capacity: 4 worlds x 60 steps .*\): '
+                  r'nconmax=(\d+) \(at most (\d+) contacts seen, default (\d+)\), '
+                  r'njmax=(\d+) \(at most (\d+) rows seen, default (\d+)\)', out)
+  nconmax, ncon, ncon_default, njmax, nefc, nefc_default = (int(x) for x in fit.groups())
+  assert (ncon_default, nefc_default) == (default.nconmax, default.nefc_max)
+  assert 0 < ncon and 0 < nefc
+  assert nconmax == capacity.fitted(ncon, default.nconmax) < default.nconmax
+  assert njmax == capacity.fitted(nefc, default.nefc_max) < default.nefc_max
+  assert (f'capacity: nconmax={nconmax} contacts, npairmax={default.npairmax} pairs per geom '
+          f'type pair, nefc_max={njmax} constraint rows (--fit-capacity)\n' in out)
+  assert main([hopper, '--repeat', '1', '--nstep', '0', '--fit-capacity', '--njmax',
+               str(njmax + 1)]) == 0
+  assert f'nconmax={nconmax} contacts' in (out := capsys.readouterr().out)
+  assert f'nefc_max={njmax + 1} constraint rows' in out
+
+
 def test_rollout_peaks_are_the_largest_counts():
   """testspeed.batched_rollout(m, peaks=True) (the main job's rollout): the peak it carries is
   each world's largest ncon / nefc after any step, folded into the peak passed in."""
