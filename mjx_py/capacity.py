@@ -159,7 +159,8 @@ def fit_capacity(m, d=None, *, batch: int = 32, nstep: int = 1000, ctrl=None, se
         f'fit_capacity: the probe filled the capacities it measures (nconmax={m.nconmax}, '
         f'nefc_max={m.nefc_max}; mjWARN_CONTACTFULL {full_con}, mjWARN_CNSTRFULL {full_efc}), '
         'so its peak counts are clipped: probe a Model at the default capacities (put_model '
-        'without nconmax and njmax)')
+        'or from_xml_path without nconmax and njmax, and no <size nconmax/njmax> in its '
+        'MJCF)')
   nconmax = fitted(ncon, m.nconmax, margin, extra)
   # the rows the fitted contact slots can produce, with the model's other rows
   rows = capacity(m.efc_rows, nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
