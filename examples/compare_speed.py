@@ -150,10 +150,7 @@ def main():
   parser.add_argument('--njmax', type=int, default=None,
                       help="mjx_py's constraint-row capacity (put_model njmax; default: every "
                            'row its contact capacity can produce)')
-  parser.add_argument('--fit-capacity', action='store_true',
-                      help="first fit mjx_py's nconmax and njmax to the model "
-                           '(mjx_py.fit_capacity: 64 worlds x 500 steps of random controls); '
-                           '--nconmax / --njmax given override the fit')
+  parser.add_argument('--fit-capacity', action='store_true', help=testspeed.FIT_HELP)
   parser.add_argument('--devices', type=int, default=None,
                       help="CPU devices mjx_py splits a batch over (mjx_py.xla.set_cpu_flags; "
                            'default: one per core, 1: a single device; MJX runs on one)')
@@ -167,11 +164,8 @@ def main():
     xml = testspeed.with_element(xml, args.option)
   if args.smooth:
     xml = testspeed.disable_constraints(xml)
-  if args.fit_capacity:
-    fit, _, line = testspeed.fit_for(xml, os.path.dirname(args.model))
-    print(line, flush=True)
-    args.nconmax = fit.nconmax if args.nconmax is None else args.nconmax
-    args.njmax = fit.njmax if args.njmax is None else args.njmax
+  if not args.smooth:
+    testspeed.apply_fit(args, xml, os.path.dirname(args.model))
   ncpu = os.cpu_count() or 1
   print(f"{'batch':>6} {'ours':>12} {'compile s':>10} {'MuJoCo 1thr':>12} "
         f"{f'MuJoCo {ncpu}thr':>12} {'MJX':>12} {'MJX compile':>11} {f'/ C {ncpu}thr':>9} "

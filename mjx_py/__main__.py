@@ -35,6 +35,7 @@ CACHE_EVENTS = ('/jax/compilation_cache/cache_hits', '/jax/compilation_cache/cac
 
 
 def main(argv=None) -> int:
+  from .testspeed import FIT_HELP  # imports jax, which starts no backend (see set_cpu_flags)
   parser = argparse.ArgumentParser(prog='mjx-py', description=__doc__.splitlines()[0])
   parser.add_argument('model', nargs='?', default=DEFAULT_MODEL, help='MJCF file')
   parser.add_argument('--repeat', type=int, default=5, help='compile this many times')
@@ -69,10 +70,7 @@ def main(argv=None) -> int:
                            'cost in proportion to it; a world whose rows do not fit gets none '
                            'in that step (mjWARN_CNSTRFULL, as MuJoCo)')
   parser.add_argument('--fit-capacity', action='store_true',
-                      help='first fit --nconmax and --njmax to the model (mjx_py.fit_capacity: '
-                           'the most contacts and rows of 64 worlds x 500 steps of random '
-                           'controls, with a margin); --nconmax / --njmax given override the '
-                           'fit')
+                      help=FIT_HELP + ' (the peak memory printed includes the probe\'s)')
   parser.add_argument('--full-opt', action='store_true',
                       help="compile with XLA's default CPU emitters (slower to compile, more "
                            'memory, and with jax 0.10.2 not faster to run) instead of '
@@ -96,12 +94,9 @@ def main(argv=None) -> int:
     print(f'error: {e}', file=sys.stderr)
     return 1
   if args.fit_capacity and not args.smooth:
-    from .testspeed import fit_for
+    from .testspeed import apply_fit
     with open(args.model) as f:
-      fit, _, line = fit_for(f.read(), os.path.dirname(args.model))
-    print(line)
-    args.nconmax = fit.nconmax if args.nconmax is None else args.nconmax
-    args.njmax = fit.njmax if args.njmax is None else args.njmax
+      apply_fit(args, f.read(), os.path.dirname(args.model))
   t0 = time.perf_counter()
   m = capacity_model(arrays, args.nconmax, args.njmax)
   t_put = time.perf_counter() - t0

@@ -90,6 +90,23 @@ def fit_for(xml: str, base_dir: str = '') -> tuple:
   return fit, took, line
 
 
+FIT_HELP = ("first fit the contact and row capacities (--nconmax, --njmax) to the model "
+            "(mjx_py.fit_capacity: the most contacts and rows of 64 worlds x 500 steps of "
+            "random controls, with a margin); --nconmax / --njmax given override the fit")
+
+
+def apply_fit(args, xml: str, base_dir: str = '') -> None:
+  """--fit-capacity of the command lines: when ``args.fit_capacity``, fits the capacities of
+  ``xml`` (fit_for), prints the fit and sets ``args.nconmax`` / ``args.njmax`` where they are
+  None."""
+  if not args.fit_capacity:
+    return
+  fit, _, line = fit_for(xml, base_dir)
+  print(line, flush=True)
+  args.nconmax = fit.nconmax if args.nconmax is None else args.nconmax
+  args.njmax = fit.njmax if args.njmax is None else args.njmax
+
+
 def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = '',
                        nconmax: int | None = None, njmax: int | None = None):
   """The compiled Model (capacities ``nconmax`` and ``njmax``, see capacity_model), its zero
@@ -297,6 +314,7 @@ def main(argv=None) -> int:
   parser.add_argument('--njmax', type=int, default=None,
                       help='constraint-row capacity (put_model njmax; default: every row the '
                            'contact capacity can produce)')
+  parser.add_argument('--fit-capacity', action='store_true', help=FIT_HELP)
   parser.add_argument('--devices', type=int, default=None,
                       help='CPU devices to split the batch over (mjx_py.xla.set_cpu_flags; '
                            'default: one per core, 1: a single device)')
@@ -313,6 +331,8 @@ def main(argv=None) -> int:
       parser.error("--cache needs jax.export's serialization: pip install 'mjx_py[cache]'")
     cache = enable_compile_cache()
   xml = _prepare_xml(args.model, args.smooth)
+  if not args.smooth:
+    apply_fit(args, xml, os.path.dirname(args.model))
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '
         f'x64 {jax.config.jax_enable_x64}  nstep {args.nstep}'
         + ('  XLA defaults' if args.full_opt else
