@@ -12,7 +12,7 @@ Public API (MuJoCo's names)::
   axes = mjx_py.model_axes(m, ['body_mass'])         # vmap in_axes for per-world fields
   m = mjx_py.set_const(m, from_geoms=True)           # mj_setConst (+ masses from edited geoms)
   fit = mjx_py.fit_capacity(m)                       # nconmax / njmax from a probe rollout
-  m = mjx_py.from_xml_path(path, **fit.kwargs())     # ... the Model at those capacities
+  m = mjx_py.with_capacity(m, **fit.kwargs())       # ... the Model at those capacities
   d = mjx_py.shard_batch(d)                          # a batch of worlds across devices
   jax.jit(f, compiler_options=mjx_py.xla.compile_options())  # CPU: FAST_COMPILE where it exists
   mjx_py.enable_compile_cache()                      # reuse compiled programs across runs
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from . import mjcf, xla  # noqa: F401  (mjx_py.xla.compile_options, set_cpu_flags)
 from .batch import batch_mesh, model_axes, replicate, shard_batch, shard_worlds
-from .capacity import Capacity, CapacityError, fit_capacity
+from .capacity import Capacity, CapacityError, fit_capacity, with_capacity
 from .data import Data, make_data, reset_data
 from .errors import MJCFError, NotSupportedError
 from .forward import forward, step
@@ -67,4 +67,5 @@ __all__ = ['MJCFError', 'NotSupportedError', 'Model', 'Option', 'Statistic', 'Da
            'from_xml_string', 'from_xml_path', 'make_data', 'reset_data', 'put_model', 'name2id',
            'forward', 'step', 'rollout', 'set_const', 'inertia_from_geoms', 'ray', 'contact_force',
            'model_axes', 'batch_mesh', 'shard_batch', 'shard_worlds', 'replicate', 'FAST_COMPILE',
-           'enable_compile_cache', 'fit_capacity', 'Capacity', 'CapacityError']
+           'enable_compile_cache', 'fit_capacity', 'with_capacity', 'Capacity',
+           'CapacityError']

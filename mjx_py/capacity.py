@@ -1,6 +1,7 @@
 """Capacities fitted to a model's use: ``fit_capacity`` probes how many contacts and
 constraint rows a model's worlds need and returns a contact capacity (``nconmax``) and a
-constraint-row capacity (``njmax``) with a margin, for ``put_model`` / ``from_xml_path``.
+constraint-row capacity (``njmax``) with a margin, for ``put_model`` / ``from_xml_path`` or
+``with_capacity`` (the same Model at other capacities, without the MJCF).
 
 Why: every stage after the narrowphase (contact ordering and parameter mixing, the constraint
 rows, the solver's buffers, contact sensors, the Data carried between steps) is sized by the
@@ -73,6 +74,28 @@ class Capacity(NamedTuple):
 
   def kwargs(self) -> dict:
     return {'nconmax': self.nconmax, 'njmax': self.njmax, 'npairmax': self.npairmax}
+
+  def apply(self, m):
+    """The Model m at these capacities (with_capacity)."""
+    return with_capacity(m, **self.kwargs())
+
+
+def with_capacity(m, nconmax: int | None = None, njmax: int | None = None,
+                  npairmax: int | None = None):
+  """The Model m with other static capacities, as put_model would build it from the same
+  arrays with these arguments (no recompile of the MJCF): the contact capacity ``nconmax``
+  (None: m's), the pair capacity ``npairmax`` (None: m's) and the constraint-row capacity
+  ``njmax`` (None: every row the contact capacity can produce, put_model's default). Only
+  these and ``nefc_max`` depend on them; make the Data again (make_data) for the new sizes."""
+  from .collision import driver
+  nconmax = m.nconmax if nconmax is None else driver.capacity(-1, {}, nconmax)
+  npairmax = m.npairmax if npairmax is None else driver.pair_capacity(nconmax, npairmax)
+  rows = capacity(m.efc_rows, nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
+  if njmax is not None:
+    if int(njmax) != njmax or njmax < 0:
+      raise ValueError(f'njmax must be a non-negative integer, got {njmax!r}')
+    rows = min(rows, int(njmax))
+  return dataclasses.replace(m, nconmax=nconmax, npairmax=npairmax, nefc_max=rows)
 
 
 def fold_peaks(peak, d):
@@ -168,4 +191,4 @@ def fit_capacity(m, d=None, *, batch: int = 32, nstep: int = 1000, ctrl=None, se
   return Capacity(nconmax, njmax, m.npairmax, ncon, nefc, batch * nstep, full_con)
 
 
-__all__ = ['fit_capacity', 'Capacity', 'CapacityError', 'fold_peaks']
+__all__ = ['fit_capacity', 'with_capacity', 'Capacity', 'CapacityError', 'fold_peaks']

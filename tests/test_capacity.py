@@ -83,7 +83,7 @@ def test_fitted_model_matches_mj_forward(case):
   mj, _, _, ctrl, peak, states, fit = case
   md = mujoco.MjData(mj)
   with jax.enable_x64(True):
-    m = mjx_py.from_xml_path(PATH, **fit.kwargs())
+    m = fit.apply(mjx_py.from_xml_path(PATH))
     assert (m.nconmax, m.nefc_max, m.npairmax) == (fit.nconmax, fit.njmax, fit.npairmax)
     again = mjx_py.fit_capacity(m, mjx_py.reset_data(m, key=0), batch=BATCH, nstep=NSTEP,
                                 ctrl=ctrl)
@@ -122,6 +122,27 @@ def test_bad_arguments_raise(case):
     mjx_py.fit_capacity(m, d, margin=0.5)
   with pytest.raises(ValueError, match='positive'):
     mjx_py.fit_capacity(m, d, nstep=0)
+
+
+@pytest.mark.parametrize('kw', [{'nconmax': 7, 'njmax': 25, 'npairmax': 12}, {'nconmax': 3},
+                                {'njmax': 10}, {}])
+def test_with_capacity_is_put_models(kw):
+  """with_capacity(m, ...) is the Model put_model builds from the MJCF with those capacities
+  (its pair capacity kept when not given), leaf for leaf and in its static fields."""
+  arrays = mjx_py.mjcf.compile_file(PATH)
+  m = mjx_py.put_model(arrays)
+  got = mjx_py.with_capacity(m, **kw)
+  want = mjx_py.put_model(arrays, **{'npairmax': m.npairmax, **kw})
+  leaves, tree = jax.tree_util.tree_flatten(got)
+  ref_leaves, ref_tree = jax.tree_util.tree_flatten(want)
+  assert tree == ref_tree
+  assert all(np.array_equal(a, b) for a, b in zip(leaves, ref_leaves))
+  fit = capacity.Capacity(4, 9, 2, 0, 0, 0, 0)
+  assert (fit.apply(m).nconmax, fit.apply(m).nefc_max, fit.apply(m).npairmax) == (4, 9, 2)
+  with pytest.raises(ValueError, match='njmax'):
+    mjx_py.with_capacity(m, njmax=-1)
+  with pytest.raises(ValueError, match='nconmax'):
+    mjx_py.with_capacity(m, nconmax=2.5)
 
 
 def test_fitted_rule():
