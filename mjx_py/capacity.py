@@ -148,7 +148,9 @@ def fit_capacity(m, d=None, *, batch: int = 32, nstep: int = 1000, ctrl=None, se
                  margin: float = MARGIN, extra: int = EXTRA) -> Capacity:
   """Probes the model and returns capacities for it (see the module docstring).
 
-  m: the Model to probe, at capacities that the probe cannot fill (put_model's defaults).
+  m: the Model to probe, at capacities that the probe cannot fill (put_model's defaults); one
+    Model, not a batch of per-world Models (probe domain randomization with the nominal
+    Model, or with the per-world Model that makes the most contacts).
   d: the initial Data: one world (broadcast to ``batch`` worlds) or a batch (leading axis:
     worlds; ``batch`` is then its size); None: make_data(m).
   batch, nstep: the probe's worlds and steps.
