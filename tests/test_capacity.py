@@ -3,10 +3,10 @@ the same rollouts, and the Model at the fitted capacities gives mj_forward's acc
 forces on the probe's states.
 
 Model: tests/models/scenes/arm_push.xml (a 4-dof arm pushing a free box from its keyframe:
-box-plane, sphere-box and capsule-box contacts, condim 3, pyramidal rows, joint limits; 4-5
-contacts and 16-20 rows under random position targets, of the default 12 contacts and 58
-rows). Float64; the probe compiles twice (the default capacities and the fitted ones), the
-overflow test a third time at nconmax 2.
+box-plane, sphere-box and capsule-box contacts, condim 3, pyramidal rows, joint limits; at
+most 6 contacts and 24 rows under these random position targets, of the default capacities'
+23 contacts and 100 rows). Float64; the probe compiles twice (the default capacities and the
+fitted ones), the overflow test a third time at nconmax 2.
 """
 
 from __future__ import annotations
