@@ -2,7 +2,7 @@
 
 Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [--mjx-nstep 20]
      [--repeat 3] [--smooth] [--no-mjx] [--option "<option noslip_iterations=\"0\"/>"]
-     [--nconmax N] [--njmax N] [--fit-capacity] [--devices N]
+     [--nconmax N] [--njmax N] [--fit-capacity [--also-default]] [--devices N]
 Needs the bench extra (mujoco, mujoco-mjx). All three run in one run on one machine (MJX in a
 child process, given up after --mjx-timeout), so the ratios are comparable; each figure is
 the fastest of --repeat timed runs (after a warm-up run for the JAX engines); each row ends
@@ -151,6 +151,10 @@ def main():
                       help="mjx_py's constraint-row capacity (put_model njmax; default: every "
                            'row its contact capacity can produce)')
   parser.add_argument('--fit-capacity', action='store_true', help=testspeed.FIT_HELP)
+  parser.add_argument('--also-default', action='store_true',
+                      help="with --fit-capacity, --nconmax or --njmax: also time mjx_py at its "
+                           'default capacities in the same run (a second line per batch, '
+                           "against the same MuJoCo C and MJX figures)")
   parser.add_argument('--devices', type=int, default=None,
                       help="CPU devices mjx_py splits a batch over (mjx_py.xla.set_cpu_flags; "
                            'default: one per core, 1: a single device; MJX runs on one)')
@@ -177,18 +181,31 @@ def main():
         compiler_options=testspeed.compile_options_for(batch, not args.full_opt),
         repeat=args.repeat, nconmax=args.nconmax, njmax=args.njmax)
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
+    default = None
+    if args.also_default and (args.nconmax, args.njmax) != (None, None):
+      default = testspeed.time_rollout(
+          xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
+          compiler_options=testspeed.compile_options_for(batch, not args.full_opt),
+          repeat=args.repeat)
     c1 = _time_mujoco(xml, batch, args.nstep, 1, args.repeat)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu, args.repeat)
     print(f'{c1:>12,.0f} {cn:>12,.0f}', end=' ', flush=True)
     share = f'{sps / cn:>9.0%}'
+    mjx_sps = None
     if args.no_mjx:
       print(f"{'':>12} {'':>11} {share}", flush=True)
-      continue
-    res = _time_mjx_limited(xml, batch, args.mjx_nstep, args.repeat, args.mjx_timeout)
-    if isinstance(res, str):
-      print(f'MJX: {res} {share}', flush=True)
     else:
-      print(f'{res[1]:>12,.0f} {res[0]:>11.2f} {share} {sps / res[1]:>6.1f}x', flush=True)
+      res = _time_mjx_limited(xml, batch, args.mjx_nstep, args.repeat, args.mjx_timeout)
+      if isinstance(res, str):
+        print(f'MJX: {res} {share}', flush=True)
+      else:
+        mjx_sps = res[1]
+        print(f'{res[1]:>12,.0f} {res[0]:>11.2f} {share} {sps / res[1]:>6.1f}x', flush=True)
+    if default is not None:
+      cd, sd = default
+      print(f"{'':>6} {sd:>12,.0f} {cd:>10.2f}  (mjx_py at its default capacities: "
+            f'{sd / cn:.0%} of MuJoCo C on {ncpu} threads'
+            + (f', {sd / mjx_sps:.1f}x MJX' if mjx_sps else '') + ')', flush=True)
 
 
 if __name__ == '__main__':
