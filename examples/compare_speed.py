@@ -168,25 +168,25 @@ def main():
     xml = testspeed.with_element(xml, args.option)
   if args.smooth:
     xml = testspeed.disable_constraints(xml)
-  if not args.smooth:
-    testspeed.apply_fit(args, xml, os.path.dirname(args.model))
+  testspeed.apply_fit(args, xml, os.path.dirname(args.model))
+
+  def ours(batch, **capacities):
+    return testspeed.time_rollout(
+        xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
+        compiler_options=testspeed.compile_options_for(batch, not args.full_opt),
+        repeat=args.repeat, **capacities)
+
   ncpu = os.cpu_count() or 1
   print(f"{'batch':>6} {'ours':>12} {'compile s':>10} {'MuJoCo 1thr':>12} "
         f"{f'MuJoCo {ncpu}thr':>12} {'MJX':>12} {'MJX compile':>11} {f'/ C {ncpu}thr':>9} "
         f"{'/ MJX':>7}  (env-steps/s; the last two: ours as a share of MuJoCo C on all "
         "threads and as a multiple of MJX, the issue's two throughput targets)")
   for batch in args.batch:
-    c, sps = testspeed.time_rollout(
-        xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-        compiler_options=testspeed.compile_options_for(batch, not args.full_opt),
-        repeat=args.repeat, nconmax=args.nconmax, njmax=args.njmax)
+    c, sps = ours(batch, nconmax=args.nconmax, njmax=args.njmax)
     print(f'{batch:>6} {sps:>12,.0f} {c:>10.2f}', end=' ', flush=True)
     default = None
     if args.also_default and (args.nconmax, args.njmax) != (None, None):
-      default = testspeed.time_rollout(
-          xml, batch, args.nstep, base_dir=os.path.dirname(args.model),
-          compiler_options=testspeed.compile_options_for(batch, not args.full_opt),
-          repeat=args.repeat)
+      default = ours(batch)
     c1 = _time_mujoco(xml, batch, args.nstep, 1, args.repeat)
     cn = _time_mujoco(xml, batch, args.nstep, ncpu, args.repeat)
     print(f'{c1:>12,.0f} {cn:>12,.0f}', end=' ', flush=True)

@@ -35,7 +35,8 @@ CACHE_EVENTS = ('/jax/compilation_cache/cache_hits', '/jax/compilation_cache/cac
 
 
 def main(argv=None) -> int:
-  from .testspeed import FIT_HELP  # imports jax, which starts no backend (see set_cpu_flags)
+  # imports jax, which starts no backend (see set_cpu_flags)
+  from .testspeed import FIT_HELP, apply_fit, capacity_model, disable_constraints
   parser = argparse.ArgumentParser(prog='mjx-py', description=__doc__.splitlines()[0])
   parser.add_argument('model', nargs='?', default=DEFAULT_MODEL, help='MJCF file')
   parser.add_argument('--repeat', type=int, default=5, help='compile this many times')
@@ -83,7 +84,6 @@ def main(argv=None) -> int:
   set_cpu_flags(args.devices)  # before any JAX computation (see mjx_py.xla)
 
   from . import MJCFError, mjcf
-  from .testspeed import capacity_model
   try:
     times = []
     for _ in range(max(1, args.repeat)):
@@ -93,10 +93,9 @@ def main(argv=None) -> int:
   except MJCFError as e:
     print(f'error: {e}', file=sys.stderr)
     return 1
-  if args.fit_capacity and not args.smooth:
-    from .testspeed import apply_fit
-    with open(args.model) as f:
-      apply_fit(args, f.read(), os.path.dirname(args.model))
+  with open(args.model) as f:
+    xml = f.read()
+  fitted = apply_fit(args, xml, os.path.dirname(args.model))
   t0 = time.perf_counter()
   m = capacity_model(arrays, args.nconmax, args.njmax)
   t_put = time.perf_counter() - t0
@@ -107,15 +106,12 @@ def main(argv=None) -> int:
   print(f'total mass: {float(m.body_mass.sum()):.4g} kg, timestep: {float(m.opt.timestep):g} s')
   print(f'capacity: nconmax={m.nconmax} contacts, npairmax={m.npairmax} pairs per geom type '
         f'pair, nefc_max={m.nefc_max} constraint rows'
-        + ((' (--fit-capacity)' if args.fit_capacity and not args.smooth else '')
-           or ''.join(f' (--{k})' for k in ('nconmax', 'njmax') if getattr(args, k) is not None)))
+        + (' (--fit-capacity)' if fitted else
+           ''.join(f' (--{k})' for k in ('nconmax', 'njmax') if getattr(args, k) is not None)))
   print(f'compile (MJCF -> arrays): best {min(times) * 1e3:.1f} ms of {len(times)}, '
         f'first {times[0] * 1e3:.1f} ms; put_model: {t_put * 1e3:.1f} ms')
   if args.nstep > 0 and args.batch > 0:
-    with open(args.model) as f:
-      xml = f.read()
     if args.smooth:
-      from .testspeed import disable_constraints
       xml = disable_constraints(xml)
     simulate(xml, args.batch, args.nstep, os.path.dirname(args.model), args.smooth,
              progress=not args.no_progress, fast_compile=not args.full_opt,

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .collision.driver import WARN_CONTACTFULL
-from .constraint import WARN_CNSTRFULL, capacity
+from .constraint import WARN_CNSTRFULL, rows_needed
 
 # the fit's defaults: at least 50% and 4 above the peak the probe saw
 MARGIN = 1.5
@@ -90,7 +90,7 @@ def with_capacity(m, nconmax: int | None = None, njmax: int | None = None,
   from .collision import driver
   nconmax = m.nconmax if nconmax is None else driver.capacity(-1, {}, nconmax)
   npairmax = m.npairmax if npairmax is None else driver.pair_capacity(nconmax, npairmax)
-  rows = capacity(m.efc_rows, nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
+  rows = rows_needed(m, nconmax)
   if njmax is not None:
     if int(njmax) != njmax or njmax < 0:
       raise ValueError(f'njmax must be a non-negative integer, got {njmax!r}')
@@ -187,9 +187,8 @@ def fit_capacity(m, d=None, *, batch: int = 32, nstep: int = 1000, ctrl=None, se
         'or from_xml_path without nconmax and njmax, and no <size nconmax/njmax> in its '
         'MJCF)')
   nconmax = fitted(ncon, m.nconmax, margin, extra)
-  # the rows the fitted contact slots can produce, with the model's other rows
-  rows = capacity(m.efc_rows, nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
-  njmax = fitted(nefc, min(rows, m.nefc_max), margin, extra)
+  # at most the rows the fitted contact slots can produce, with the model's other rows
+  njmax = fitted(nefc, min(rows_needed(m, nconmax), m.nefc_max), margin, extra)
   return Capacity(nconmax, njmax, m.npairmax, ncon, nefc, batch * nstep, full_con)
 
 

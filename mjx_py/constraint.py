@@ -778,16 +778,18 @@ def _finish(m, rows: Rows) -> Part:
                      rows.id))
 
 
-def _need(m) -> int:
-  """The most rows this Model can produce at once (static)."""
-  return capacity(m.efc_rows, m.nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
+def rows_needed(m, nconmax: int | None = None) -> int:
+  """The most rows this Model can produce at once (static), with ``nconmax`` contact slots
+  (None: m.nconmax)."""
+  nconmax = m.nconmax if nconmax is None else nconmax
+  return capacity(m.efc_rows, nconmax if m.ncandidate else 0, m.opt.disableflags, m.nv)
 
 
 def _overflow(m, active, d):
   """MuJoCo's mjWARN_CNSTRFULL: when a world's active rows do not fit the capacity, it gets no
   constraint rows this step (MuJoCo's mj_makeConstraint sets nefc = 0 when the arena cannot
   hold the rows) and warning_counts[2] grows by 1. Returns (active, d)."""
-  if _need(m) <= m.nefc_max:
+  if rows_needed(m) <= m.nefc_max:
     return active, d                  # cannot overflow: skip the test
   full = jnp.sum(active, dtype=jnp.int32) > m.nefc_max
   counts = d.warning_counts.at[WARN_CNSTRFULL].add(full.astype(jnp.int32))
@@ -926,4 +928,4 @@ def project_constraint(m, d):
 
 
 __all__ = ['make_constraint', 'reference_constraint', 'project_constraint', 'row_tables',
-           'capacity', 'impedance']
+           'capacity', 'rows_needed', 'impedance']

@@ -95,16 +95,17 @@ FIT_HELP = ("first fit the contact and row capacities (--nconmax, --njmax) to th
             "random controls, with a margin); --nconmax / --njmax given override the fit")
 
 
-def apply_fit(args, xml: str, base_dir: str = '') -> None:
-  """--fit-capacity of the command lines: when ``args.fit_capacity``, fits the capacities of
-  ``xml`` (fit_for), prints the fit and sets ``args.nconmax`` / ``args.njmax`` where they are
-  None."""
-  if not args.fit_capacity:
-    return
+def apply_fit(args, xml: str, base_dir: str = '') -> bool:
+  """--fit-capacity of the command lines: when ``args.fit_capacity`` and not ``args.smooth``
+  (no constraints, nothing to fit), fits the capacities of ``xml`` (fit_for), prints the fit
+  and sets ``args.nconmax`` / ``args.njmax`` where they are None. Returns whether it did."""
+  if not args.fit_capacity or args.smooth:
+    return False
   fit, _, line = fit_for(xml, base_dir)
   print(line, flush=True)
   args.nconmax = fit.nconmax if args.nconmax is None else args.nconmax
   args.njmax = fit.njmax if args.njmax is None else args.njmax
+  return True
 
 
 def model_and_controls(xml: str, shape: tuple, seed: int = 0, base_dir: str = '',
@@ -331,8 +332,7 @@ def main(argv=None) -> int:
       parser.error("--cache needs jax.export's serialization: pip install 'mjx_py[cache]'")
     cache = enable_compile_cache()
   xml = _prepare_xml(args.model, args.smooth)
-  if not args.smooth:
-    apply_fit(args, xml, os.path.dirname(args.model))
+  apply_fit(args, xml, os.path.dirname(args.model))
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '
         f'x64 {jax.config.jax_enable_x64}  nstep {args.nstep}'
         + ('  XLA defaults' if args.full_opt else

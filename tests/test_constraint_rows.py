@@ -439,7 +439,7 @@ def test_capacity_and_disable_flags():
   # (a world whose rows do not fit gets none and counts mjWARN_CNSTRFULL: tests/test_check.py)
   m = mjx_py.from_xml_string(with_option(xml, '<option><flag limit="disable"/></option>'))
   bad = dataclasses.replace(m, opt=dataclasses.replace(m.opt, disableflags=0))
-  assert constraint._need(bad) == m.nefc_max + 14
+  assert constraint.rows_needed(bad) == m.nefc_max + 14
   out = jax.eval_shape(constraint.make_constraint, bad, mjx_py.make_data(bad))
   assert out.efc_J.shape == (m.nefc_max, m.nv)
 
