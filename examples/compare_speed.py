@@ -89,7 +89,19 @@ def _mjx_worker(xml, batch, nstep, repeat, queue):
     queue.put(f'n/a ({type(e).__name__}: {e})')
 
 
-def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: float):
+# XLA:CPU's flag that keeps its Eigen intra-op pool out of the child MJX runs in. With the
+# pool, MJX's humanoid step at batch 1024 deadlocks on this 2-core machine now and then
+# (jaxlib 0.10.2): the thunk executor runs as many batched LAPACK Cholesky calls at once as the
+# pool has threads, and each then waits (lapack_spotrf_ffi -> ParallelBatchMap) for pool work
+# that no free thread is left to run. Seen in 4 of 5 runs of this script at stop 63 and in 2
+# of 3 runs of MJX alone at stop 64 (the third: 2,181 env-steps/s), never with the flag (1,997
+# and 1,876). The ant, which never deadlocked, ran as fast with it (1,178 / 1,200 against
+# 1,228 / 1,202 env-steps/s at batch 1024, alternating processes); --mjx-eigen-threads drops it.
+MJX_SINGLE_THREAD_EIGEN = '--xla_cpu_multi_thread_eigen=false'
+
+
+def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: float,
+                      eigen_threads: bool = False):
   """_time_mjx in a child process, given up after ``timeout`` seconds (MJX's XLA compile on
   CPU can take many minutes, e.g. for a 20-link chain): (compile s, steps/s) or a message."""
   ctx = multiprocessing.get_context('spawn')
@@ -98,14 +110,16 @@ def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: fl
   t0 = time.perf_counter()
   flags = os.environ.get('XLA_FLAGS', '')
   # MJX runs on one device, without the split into one device per core, and its batches with
-  # the loop threshold of 32 KB (at batch 1 it runs, and faster, with 1 MB). Its humanoid step
-  # at batch 1024 deadlocks on this machine now and then (jaxlib 0.10.2, 2 cores: both pool
-  # threads waiting inside LAPACK's Cholesky, lapack_spotrf_ffi -> ParallelBatchMap, for pool
-  # work no free thread was left to run): in 4 of 5 runs of this script in one session, with
-  # 1 MB or 32 KB, one or two CPU devices; these settings are the ones it ran with before.
+  # the loop threshold of 32 KB (at batch 1 it runs, and faster, with 1 MB; the ant's batch
+  # 1024 ran as fast with XLA's default threshold: 1,137 / 1,141 against 1,113 / 1,206
+  # env-steps/s, stop 64).
   child = re.sub(r'\s*--xla_force_host_platform_device_count=\d+', '', flags)
   if batch > 1:
     child = re.sub(r'(small_while_loop_byte_threshold=)\d+', r'\g<1>32768', child)
+  if eigen_threads:
+    child = re.sub(r'\s*--xla_cpu_multi_thread_eigen=\w+', '', child)
+  elif 'multi_thread_eigen' not in child:
+    child += ' ' + MJX_SINGLE_THREAD_EIGEN
   os.environ['XLA_FLAGS'] = child.strip()
   try:
     proc.start()                     # the child reads $XLA_FLAGS as it is now
@@ -129,6 +143,10 @@ def main():
                       help='steps per MJX rollout (MJX on CPU is slow; its compile time does not '
                            'depend on this, since the steps run in lax.scan)')
   parser.add_argument('--no-mjx', action='store_true', help='skip MJX')
+  parser.add_argument('--mjx-eigen-threads', action='store_true',
+                      help="run MJX with XLA:CPU's Eigen thread pool (by default its child "
+                           'process runs with --xla_cpu_multi_thread_eigen=false, since with the '
+                           "pool MJX's batched Cholesky can deadlock on a 2-core CPU)")
   parser.add_argument('--mjx-timeout', type=float, default=600,
                       help='seconds before an MJX measurement (compile + two runs) is given up')
   parser.add_argument('--smooth', action='store_true', help='disable the constraint solver')
@@ -195,7 +213,8 @@ def main():
     if args.no_mjx:
       print(f"{'':>12} {'':>11} {share}", flush=True)
     else:
-      res = _time_mjx_limited(xml, batch, args.mjx_nstep, args.repeat, args.mjx_timeout)
+      res = _time_mjx_limited(xml, batch, args.mjx_nstep, args.repeat, args.mjx_timeout,
+                              args.mjx_eigen_threads)
       if isinstance(res, str):
         print(f'MJX: {res} {share}', flush=True)
       else:
