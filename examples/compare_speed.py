@@ -93,10 +93,11 @@ def _mjx_worker(xml, batch, nstep, repeat, queue):
 # pool, MJX's humanoid step at batch 1024 deadlocks on this 2-core machine now and then
 # (jaxlib 0.10.2): the thunk executor runs as many batched LAPACK Cholesky calls at once as the
 # pool has threads, and each then waits (lapack_spotrf_ffi -> ParallelBatchMap) for pool work
-# that no free thread is left to run. Seen in 4 of 5 runs of this script at stop 63 and in 2
-# of 3 runs of MJX alone at stop 64 (the third: 2,181 env-steps/s), never with the flag (1,997
-# and 1,876). The ant, which never deadlocked, ran as fast with it (1,178 / 1,200 against
-# 1,228 / 1,202 env-steps/s at batch 1024, alternating processes); --mjx-eigen-threads drops it.
+# that no free thread is left to run. Seen in 4 of 5 runs of this script at stop 63 and, with
+# XLA's default loop threshold, in 2 of 3 runs of MJX alone at stop 64 (the third: 2,181
+# env-steps/s), in none of 5 with the flag (1,714-1,997). The ant, which never deadlocked, ran
+# as fast with it (1,178 / 1,200 against 1,228 / 1,202 env-steps/s at batch 1024, alternating
+# processes); --mjx-eigen-threads drops it.
 MJX_SINGLE_THREAD_EIGEN = '--xla_cpu_multi_thread_eigen=false'
 
 
@@ -110,12 +111,15 @@ def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: fl
   t0 = time.perf_counter()
   flags = os.environ.get('XLA_FLAGS', '')
   # MJX runs on one device, without the split into one device per core, and its batches with
-  # the loop threshold of 32 KB (at batch 1 it runs, and faster, with 1 MB; the ant's batch
-  # 1024 ran as fast with XLA's default threshold: 1,137 / 1,141 against 1,113 / 1,206
-  # env-steps/s, stop 64).
+  # XLA's default loop threshold (at batch 1 it runs, and faster, with mjx_py's 1 MB). Until
+  # stop 64 its batches had a threshold of 32 KB; with it MJX's humanoid at batch 1024 hung in
+  # 2 of 3 processes even without the Eigen pool (below), and in none of 5 with XLA's default;
+  # the ant ran as fast with either (1,137 / 1,141 env-steps/s with the default against 1,113 /
+  # 1,206, alternating processes).
   child = re.sub(r'\s*--xla_force_host_platform_device_count=\d+', '', flags)
   if batch > 1:
-    child = re.sub(r'(small_while_loop_byte_threshold=)\d+', r'\g<1>32768', child)
+    child = re.sub(r'\s*--xla_backend_extra_options=\S*small_while_loop_byte_threshold=\d+',
+                   '', child)
   if eigen_threads:
     child = re.sub(r'\s*--xla_cpu_multi_thread_eigen=\w+', '', child)
   elif 'multi_thread_eigen' not in child:
