@@ -728,6 +728,19 @@ def _linesearch_batch(cfg: _Config, P: _Problem, LN: _Line, S, index):
 # ---------------------------------------------------------------------------------------------
 # Row buckets: the row work on the first k rows
 
+# the bucket of a cut capacity n (row_buckets): CUT_BUCKET[0] / CUT_BUCKET[1] of n, about the
+# most rows that fit_capacity's probe saw. The worlds whose rows fit the smallest bucket k0
+# iterate in chunks that carry only k0 rows (see the module docstring), so the small buckets of
+# a full capacity would leave every chunk of a fitted one on all rows: the humanoid fitted to
+# 17 contacts and 53 rows has buckets of 8 and 16 rows by the full capacity's rule and uses 20-35.
+# Measured (float32, 20-step rollouts at batch 1024 over both cores from a state after 150
+# steps, the programs alternating in one process, 11 pairs, time ratio to the 8 and 16 buckets
+# by the median pair / the fastest runs): one bucket of 40 rows 0.952 / 0.940, of 32 0.949 /
+# 0.932, buckets of 8, 16 and 40 0.976 / 0.990; the ant fitted to 8 and 30 (bucket 8 by the
+# full rule) with one of 24: 0.995 / 1.003, of 16: 1.024 / 1.004.
+CUT_BUCKET = (2, 3)
+
+
 def _up8(x: int) -> int:
   """x rounded up to a multiple of 8."""
   return -(-x // 8) * 8
@@ -749,19 +762,6 @@ def row_buckets(n: int, full: int | None = None) -> tuple:
     return (k,) if k < n else ()
   sizes = sorted({max(8, _up8(-(-n // q))) for q in (8, 4)})
   return tuple(k for k in sizes if 2 * k <= n)
-
-
-# the bucket of a cut capacity n (row_buckets): CUT_BUCKET[0] / CUT_BUCKET[1] of n, about the
-# most rows that fit_capacity's probe saw. The worlds whose rows fit the smallest bucket k0
-# iterate in chunks that carry only k0 rows (see the module docstring), so the small buckets of
-# a full capacity would leave every chunk of a fitted one on all rows: the humanoid fitted to
-# 17 contacts and 53 rows has buckets of 8 and 16 rows by the full capacity's rule and uses 20-35.
-# Measured (float32, 20-step rollouts at batch 1024 over both cores from a state after 150
-# steps, the programs alternating in one process, 11 pairs, time ratio to the 8 and 16 buckets
-# by the median pair / the fastest runs): one bucket of 40 rows 0.952 / 0.940, of 32 0.949 /
-# 0.932, buckets of 8, 16 and 40 0.976 / 0.990; the ant fitted to 8 and 30 (bucket 8 by the
-# full rule) with one of 24: 0.995 / 1.003, of 16: 1.024 / 1.004.
-CUT_BUCKET = (2, 3)
 
 
 def model_row_buckets(m) -> tuple:
@@ -1319,14 +1319,15 @@ def _params(m, dtype) -> _Params:
   return prm
 
 
-def _primal(m, ps: _Problem, warm, empty, prm: _Params):
-  """Newton or CG: (qacc*, final constraint update, niter, stats)."""
+def _primal(m, ps: _Problem, warm, empty, prm: _Params, buckets: tuple):
+  """Newton or CG: (qacc*, final constraint update, niter, stats); ``buckets``: the Model's
+  row buckets (model_row_buckets)."""
   ls_iterations = int(m.opt.ls_iterations)
   if ps.M.dtype == jnp.float32:
     ls_iterations = min(ls_iterations, F32_LS_ITERATIONS)
   n = ps.J.shape[0]
   cfg = _Config(m.opt.solver == NEWTON, int(m.opt.iterations), ls_iterations,
-                not m.opt.disableflags & DSBL_WARMSTART, model_row_buckets(m) + (n,))
+                not m.opt.disableflags & DSBL_WARMSTART, buckets + (n,))
   carry, stats = _iterate_fn(cfg)(ps, warm, empty, prm)
   return carry.qacc, carry.up, carry.niter, stats
 
@@ -1392,7 +1393,8 @@ def solve_info(m, d):
   dtype = d.qacc_smooth.dtype
   prm = _params(m, dtype)
   warm = lax.stop_gradient(d.qacc_warmstart)
-  bucket = row_bucket(model_row_buckets(m), m.nefc_max)
+  buckets = model_row_buckets(m)
+  bucket = row_bucket(buckets, m.nefc_max)
   efc_b = _rows_product(d.efc_J, d.qacc_smooth, d.nefc, bucket) - d.efc_aref
   use_dual = bool(dual_rows(m))
   if use_dual:
@@ -1404,7 +1406,7 @@ def solve_info(m, d):
     qstar, fstar, state, up, niter, stats = _pgs(m, d, ps, dp, warm, prm, Minv)
     # with no rows PGS's result is qacc_smooth already
   else:
-    qstar, up, niter, stats = _primal(m, ps, warm, empty, prm)
+    qstar, up, niter, stats = _primal(m, ps, warm, empty, prm, buckets)
     fstar, state = up.force, up.state
     # MuJoCo's layout of the cone Hessians: row-major dim x dim in the first dim^2 of contact.H
     nr = _cone_width(m)
