@@ -14,7 +14,7 @@ the default's time, the ant's (8, 30 of 38, 168) in 0.678 (float32, 2-core CPU, 
 9 alternating pairs in one process). MuJoCo C allocates per step and has no such knob; MJX's
 Warp backend asks the user for both numbers. This module measures them. A row capacity cut
 below every row the model can produce, as a fitted one is, gives the solver's iterations one
-row bucket of two thirds of it (``mjx_py.solver.row_buckets``: about the most rows the probe
+row bucket of two thirds of it (``mjx_py.constraint.row_buckets``: about the most rows the probe
 saw), where the default capacity's ladder is an eighth and a quarter of it.
 
 The probe: ``nstep`` steps of ``jax.vmap(step)`` over ``batch`` worlds (one ``lax.scan``,

@@ -113,16 +113,17 @@ the smaller bucket's leading rows out of them in each of the iteration's three r
 (89 copies a solve at batch 512, 11% of its profiled time, against the profile's 2 now); the
 solve alone on 512 humanoid states from a rollout (float32, one device, alternating calls in
 one process, median ratio): 0.90-0.94 of the time, the iterates bit for bit the same (with
-efc_b and qfrc_constraint's bucket products as multiply-sums, _rows_product, in stop 59 too).
+efc_b and qfrc_constraint's bucket products as multiply-sums, rows_product, in stop 59 too).
 
 Rows. The efc buffers hold nefc_max = N rows (the most the model can produce at once); a world
 uses its first nefc, the rest are unused. The iterations' row work (the Hessian's J' D J, J
 search, every line-search evaluation, the constraint update and J' force) runs over all N unless
-the batch fits a smaller size: row_buckets(N) are an eighth and a quarter of N (each rounded up
-to a multiple of 8, at most N / 2) when N is every row the model can produce (put_model's
-default), or one bucket of two thirds of N when the capacity was cut to the model's use
-(fit_capacity, an njmax given; see CUT_BUCKET), and the row work runs on the first k rows for
-the smallest bucket k that every world of the batch (on CPU: of each chunk) fits, its results
+the batch fits a smaller size: constraint.row_buckets(N) are an eighth and a quarter of N (each
+rounded up to a multiple of 8, at most N / 2) when N is every row the model can produce
+(put_model's default), or one bucket of two thirds of N when the capacity was cut to the
+model's use (fit_capacity, an njmax given; see constraint.CUT_BUCKET), and the row work runs
+on the first k rows for the smallest bucket k that every world of the batch (on CPU: of each
+chunk) fits, its results
 padded back to N. The unused rows add nothing, so every size gives the same iterates up to
 summation order.
 Only the row work is compiled at each size (_on_rows: a lax.switch per piece of row work on the
@@ -191,8 +192,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from . import dual, linalg
 from .batching import per_world
-from .check import batch_any
-from .constraint import rows_needed
+from .constraint import model_row_buckets, row_bucket, rows_product
 from .data import dual_rows
 from .errors import NotSupportedError
 from .math import MINVAL, nonzero_first
@@ -728,54 +728,6 @@ def _linesearch_batch(cfg: _Config, P: _Problem, LN: _Line, S, index):
 # ---------------------------------------------------------------------------------------------
 # Row buckets: the row work on the first k rows
 
-# the bucket of a cut capacity n (row_buckets): CUT_BUCKET[0] / CUT_BUCKET[1] of n, about the
-# most rows that fit_capacity's probe saw. The worlds whose rows fit the smallest bucket k0
-# iterate in chunks that carry only k0 rows (see the module docstring), so the small buckets of
-# a full capacity would leave every chunk of a fitted one on all rows: the humanoid fitted to
-# 17 contacts and 53 rows has buckets of 8 and 16 rows by the full capacity's rule and uses 20-35.
-# Measured (float32, 20-step rollouts at batch 1024 over both cores from a state after 150
-# steps, the programs alternating in one process, 11 pairs, time ratio to the 8 and 16 buckets
-# by the median pair / the fastest runs): one bucket of 40 rows 0.952 / 0.940, of 32 0.949 /
-# 0.932, buckets of 8, 16 and 40 0.976 / 0.990; the ant fitted to 8 and 30 (bucket 8 by the
-# full rule) with one of 24: 0.995 / 1.003, of 16: 1.024 / 1.004.
-CUT_BUCKET = (2, 3)
-
-
-def _up8(x: int) -> int:
-  """x rounded up to a multiple of 8."""
-  return -(-x // 8) * 8
-
-
-def row_buckets(n: int, full: int | None = None) -> tuple:
-  """The smaller row counts the row work also runs at (see _on_rows), ascending, for the
-  capacity ``n`` of a Model that can produce ``full`` rows at once (constraint.rows_needed;
-  None: n).
-
-  A capacity of every row the model can produce (put_model's default, n = full) is far above
-  what its worlds use (the humanoid's 262 rows against 20-35): an eighth and a quarter of n,
-  each rounded up to a multiple of 8 (so at least 8), keeping those at most half of n (none
-  below 16 rows). A capacity cut below that (fit_capacity's, whose margin makes it 1.5 times
-  the most rows its probe saw, or an njmax given) was sized to the use: one bucket of two
-  thirds of n, rounded up to a multiple of 8, when that is below n (see CUT_BUCKET)."""
-  if full is not None and n < full:
-    k = _up8(-(-CUT_BUCKET[0] * n // CUT_BUCKET[1]))
-    return (k,) if k < n else ()
-  sizes = sorted({max(8, _up8(-(-n // q))) for q in (8, 4)})
-  return tuple(k for k in sizes if 2 * k <= n)
-
-
-def model_row_buckets(m) -> tuple:
-  """row_buckets of the Model m's row capacity (m.nefc_max, of rows_needed(m) at once)."""
-  return row_buckets(m.nefc_max, rows_needed(m))
-
-
-def row_bucket(buckets: tuple, n: int) -> int:
-  """The largest of the row ``buckets`` of the capacity ``n``, or ``n`` when there are none:
-  the rows that efc_b and qfrc_constraint are summed over when the batch fits them
-  (_rows_product)."""
-  return max(buckets, default=n)
-
-
 def _world_rows(P: _Problem):
   """The rows in use in each world of the batch P (leading axis B): int32 (B,)."""
   return jnp.sum(P.kind != _NONE, axis=1, dtype=jnp.int32)
@@ -1244,30 +1196,6 @@ def _force_at_jvp(primals, tangents):
   return fstar, df
 
 
-def _rows_product(J, v, nefc, k, transpose=False):
-  """J v (N,), or J' v (nv,) with ``transpose``, for the efc Jacobian J (N, nv): over its first
-  k rows (the Model's row_bucket) when no world of the batch uses more (a lax.cond on the whole
-  batch, as the iterations' row bucket), since the rows beyond nefc are zero and add nothing. The
-  bucket's product is a multiply and a sum over J's leading rows, which XLA fuses with the
-  slice: a dot cannot read the strided rows and needs a copy of them first (the humanoid's 72
-  of 262 rows at batch 512: one copy a solve, 1.2-1.6 ms of its profile's 28-30 ms)."""
-  n = J.shape[0]
-
-  def full():
-    return J.T @ v if transpose else J @ v
-
-  if k >= n:
-    return full()
-
-  def small():
-    Jk = J[:k]
-    if transpose:
-      return jnp.sum(Jk * v[:k, None], axis=0)
-    return jnp.pad(jnp.sum(Jk * v[None, :], axis=1), (0, n - k))
-
-  return lax.cond(batch_any(nefc > k), full, small)
-
-
 def _check(m):
   if m.opt.solver not in (PGS, CG, NEWTON):
     raise NotSupportedError(f'unknown constraint solver {m.opt.solver}')
@@ -1395,7 +1323,7 @@ def solve_info(m, d):
   warm = lax.stop_gradient(d.qacc_warmstart)
   buckets = model_row_buckets(m)
   bucket = row_bucket(buckets, m.nefc_max)
-  efc_b = _rows_product(d.efc_J, d.qacc_smooth, d.nefc, bucket) - d.efc_aref
+  efc_b = rows_product(d.efc_J, d.qacc_smooth, d.nefc, bucket) - d.efc_aref
   use_dual = bool(dual_rows(m))
   if use_dual:
     dp = jax.tree_util.tree_map(lax.stop_gradient, dual.problem(d, d.efc_AR, efc_b))
@@ -1441,7 +1369,7 @@ def solve_info(m, d):
     niter = niter + ns_niter
   else:
     stats = _merge_stats(stats, niter, None, _nstats(m))
-  qfrc_constraint = _rows_product(d.efc_J, force, d.nefc, bucket, transpose=True)
+  qfrc_constraint = rows_product(d.efc_J, force, d.nefc, bucket, transpose=True)
 
   improvement, gradient, slope, nactive, nchange, neval = stats
   sol = Solution(force, state, niter, improvement, gradient, slope, nactive, nchange, neval)

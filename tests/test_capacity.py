@@ -21,7 +21,7 @@ import pytest
 from oracle import ROOT
 
 import mjx_py
-from mjx_py import capacity, solver
+from mjx_py import capacity, constraint
 
 PATH = f'{ROOT}/tests/models/scenes/arm_push.xml'
 NSTEP, BATCH = 120, 3
@@ -86,9 +86,9 @@ def test_fitted_model_matches_mj_forward(case):
     m = fit.apply(mjx_py.from_xml_path(PATH))
     assert (m.nconmax, m.nefc_max, m.npairmax) == (fit.nconmax, fit.njmax, fit.npairmax)
     # a capacity cut below every row the model can produce has one row bucket, two thirds of
-    # it (solver.row_buckets), which the probe's most rows fit: the iterations below run on it
+    # it (constraint.row_buckets), which the probe's most rows fit: the iterations below run on it
     bucket = -(-math.ceil(2 * m.nefc_max / 3) // 8) * 8
-    assert solver.rows_needed(m) > m.nefc_max and solver.model_row_buckets(m) == (bucket,)
+    assert constraint.rows_needed(m) > m.nefc_max and constraint.model_row_buckets(m) == (bucket,)
     assert fit.nefc <= bucket < m.nefc_max
     again = mjx_py.fit_capacity(m, mjx_py.reset_data(m, key=0), batch=BATCH, nstep=NSTEP,
                                 ctrl=ctrl)

@@ -9,7 +9,10 @@ that the rows are compared on identical inputs, and only the stage is compiled p
    and sparse Jacobian modes and with refsafe disabled: nefc, ne, nf, nl, efc_type and efc_id
    equal; efc_J, efc_pos, efc_margin, efc_frictionloss, efc_diagApprox, efc_R, efc_D, efc_KBIP,
    efc_vel, efc_aref within 1e-8 relative; contact efc_address, mu and exclude equal. The states
-   of one case run in one jit(vmap(...)) call (timings printed with -s).
+   of one case run in one jit(vmap(...)) call (timings printed with -s). efc_vel is J qvel over
+   the largest row bucket when every world of the batch fits it (constraint.rows_product): the
+   cases in BUCKET_FITS take that branch, the others (and rows_friction_only, with no bucket)
+   the product over every row.
 2. With our own collision stage: the same rows per contact (contacts matched by geom pair and
    position, as in the collision tests).
 3. Capacity (nefc_max from the model and the disable flags; unused rows hold the sentinel), the
@@ -230,10 +233,17 @@ CASES = [
 ]
 
 
+# the cases whose batch of states fits the largest row bucket (reference_constraint's J qvel
+# then runs over the bucket's rows)
+BUCKET_FITS = ('equality', 'joints_sparse_norefsafe', 'tendons', 'rows')
+
+
 @pytest.mark.parametrize('label,path,option,scale', CASES, ids=[c[0] for c in CASES])
 def test_rows_match_mujoco(label, path, option, scale):
   m, mj = _models(with_option(_scene_condims() if path is None else read(path), option))
   mds, batch = _states(m, mj, NSTATE, scale, seed=11)
+  bucket = constraint.row_bucket(constraint.model_row_buckets(m), m.nefc_max)
+  assert (bucket < m.nefc_max and max(md.nefc for md in mds) <= bucket) == (label in BUCKET_FITS)
   t0 = time.perf_counter()
   out = _host(_batch_rows(m, batch))
   t1 = time.perf_counter()

@@ -474,8 +474,8 @@ def test_row_buckets_give_the_iterates_of_all_rows(monkeypatch):
   clamped.) The states are MuJoCo's (the module's other cases' way), so that no step or forward
   pass is compiled."""
   m, mj = _models(BOX, NEWTON_ELLIPTIC)
-  sizes = solver.model_row_buckets(m)
-  assert sizes == (32, 64) and solver.row_bucket(sizes, m.nefc_max) == 64
+  sizes = constraint.model_row_buckets(m)
+  assert sizes == (32, 64) and constraint.row_bucket(sizes, m.nefc_max) == 64
   md = mujoco.MjData(mj)
   for _ in range(100):                         # settled: every body rests on another
     mujoco.mj_step(mj, md)
