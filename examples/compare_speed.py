@@ -4,7 +4,8 @@ Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [-
      [--repeat 3] [--smooth] [--no-mjx] [--option "<option noslip_iterations=\"0\"/>"]
      [--nconmax N] [--njmax N] [--fit-capacity [--also-default]] [--devices N]
 Needs the bench extra (mujoco, mujoco-mjx). All three run in one run on one machine (MJX in a
-child process, given up after --mjx-timeout), so the ratios are comparable; each figure is
+child process, retried in a fresh one when a try hangs, given up after --mjx-timeout), so the
+ratios are comparable; each figure is
 the fastest of --repeat timed runs (after a warm-up run for the JAX engines); each row ends
 with the throughput issue's two figures, ours as a share of MuJoCo C on all threads and as a
 multiple of MJX. ``--fit-capacity`` first sizes mjx_py's contact and constraint-row capacities
@@ -55,7 +56,10 @@ def _time_mujoco(xml: str, batch: int, nstep: int, threads: int, repeat: int):
   return batch * nstep / best
 
 
-def _time_mjx(xml: str, batch: int, nstep: int, repeat: int):
+def _time_mjx(xml: str, batch: int, nstep: int, repeat: int, progress=None):
+  """MJX's compile time (s) and env-steps/s (the fastest of ``repeat`` runs after a warm-up
+  run); ``progress`` (a queue) gets ('compiled', s) after the compile and ('warm', s) after the
+  warm-up run."""
   import mujoco
   from mujoco import mjx
   spec = mujoco.MjSpec.from_string(xml)
@@ -78,15 +82,20 @@ def _time_mjx(xml: str, batch: int, nstep: int, repeat: int):
   # lowered as mjx_py's programs are (testspeed), so the compiles compare alike
   fn = lower_paused(jax.jit(rollout), dbatch, ctrl).compile()
   compile_s = time.perf_counter() - t0
+  if progress is not None:
+    progress.put(('compiled', compile_s))
+  t0 = time.perf_counter()
   jax.block_until_ready(fn(dbatch, ctrl))
+  if progress is not None:
+    progress.put(('warm', time.perf_counter() - t0))
   return compile_s, batch * nstep / testspeed.best_time(lambda: fn(dbatch, ctrl), repeat)
 
 
 def _mjx_worker(xml, batch, nstep, repeat, queue):
   try:
-    queue.put(_time_mjx(xml, batch, nstep, repeat))
+    queue.put(('done', _time_mjx(xml, batch, nstep, repeat, queue)))
   except Exception as e:  # MJX does not support every model
-    queue.put(f'n/a ({type(e).__name__}: {e})')
+    queue.put(('done', f'n/a ({type(e).__name__}: {e})'))
 
 
 # XLA:CPU's flag that keeps its Eigen intra-op pool out of the child MJX runs in. With the
@@ -101,15 +110,8 @@ def _mjx_worker(xml, batch, nstep, repeat, queue):
 MJX_SINGLE_THREAD_EIGEN = '--xla_cpu_multi_thread_eigen=false'
 
 
-def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: float,
-                      eigen_threads: bool = False):
-  """_time_mjx in a child process, given up after ``timeout`` seconds (MJX's XLA compile on
-  CPU can take many minutes, e.g. for a 20-link chain): (compile s, steps/s) or a message."""
-  ctx = multiprocessing.get_context('spawn')
-  queue = ctx.Queue()
-  proc = ctx.Process(target=_mjx_worker, args=(xml, batch, nstep, repeat, queue))
-  t0 = time.perf_counter()
-  flags = os.environ.get('XLA_FLAGS', '')
+def _mjx_flags(flags: str, batch: int, eigen_threads: bool) -> str:
+  """The $XLA_FLAGS of MJX's child process from this process's ``flags``."""
   # MJX runs on one device, without the split into one device per core, and its batches with
   # XLA's default loop threshold (at batch 1 it runs, and faster, with mjx_py's 1 MB). Until
   # stop 64 its batches had a threshold of 32 KB; with it MJX's humanoid at batch 1024 hung in
@@ -124,18 +126,64 @@ def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: fl
     child = re.sub(r'\s*--xla_cpu_multi_thread_eigen=\w+', '', child)
   elif 'multi_thread_eigen' not in child:
     child += ' ' + MJX_SINGLE_THREAD_EIGEN
-  os.environ['XLA_FLAGS'] = child.strip()
-  try:
-    proc.start()                     # the child reads $XLA_FLAGS as it is now
-  finally:
-    os.environ['XLA_FLAGS'] = flags
-  try:
-    return queue.get(timeout=timeout)
-  except queue_module.Empty:
-    return f'not finished in {time.perf_counter() - t0:.0f} s'
-  finally:
-    proc.kill()
-    proc.join()
+  return child.strip()
+
+
+# tries of MJX's measurement (MJX_TRIES), each a fresh child process, and how long after its
+# compile a try may take to finish its warm-up run (MJX_WARM_TIMEOUT s) and then its timed runs
+# (MJX_RUN_FACTOR times the warm-up run's time each, and 30 s more), before it counts as hung.
+# The Eigen flag above made the deadlock rarer, not impossible: at stop 65 MJX's humanoid at
+# batch 1024 alone (10 steps, the child's flags) hung in 2 of 3 processes, every hang with both
+# of the pool's threads in lapack_spotrf_ffi -> ParallelBatchMap -> BlockingCounter::Wait (gdb),
+# and the third ran 1,972 env-steps/s. A try that hangs is killed and the next one starts; MJX
+# itself is unchanged. jaxlib 0.10.2's batched LAPACK kernels split a batch over the intra-op
+# pool and wait for the pieces, so concurrent calls can take every thread (the pool's size is
+# the process's CPU affinity).
+MJX_TRIES = 4
+MJX_WARM_TIMEOUT = 120.0
+MJX_RUN_FACTOR = 5.0
+
+
+def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: float,
+                      eigen_threads: bool = False, worker=None):
+  """_time_mjx in a child process, retried in a fresh one when a try hangs after its compile
+  (see MJX_TRIES), given up after ``timeout`` seconds in all (MJX's XLA compile on CPU can
+  take many minutes, e.g. for a 20-link chain): ((compile s, steps/s), hung tries) or a
+  message. ``worker`` (None: _mjx_worker) is the child's function, with _mjx_worker's
+  arguments and messages."""
+  ctx = multiprocessing.get_context('spawn')
+  flags = os.environ.get('XLA_FLAGS', '')
+  start = time.perf_counter()
+  hung = 0
+  for _ in range(MJX_TRIES):
+    queue = ctx.Queue()
+    proc = ctx.Process(target=worker or _mjx_worker, args=(xml, batch, nstep, repeat, queue))
+    os.environ['XLA_FLAGS'] = _mjx_flags(flags, batch, eigen_threads)
+    try:
+      proc.start()                   # the child reads $XLA_FLAGS as it is now
+    finally:
+      os.environ['XLA_FLAGS'] = flags
+    try:
+      limit = None                   # the compile: until the whole timeout
+      while True:
+        left = timeout - (time.perf_counter() - start)
+        wait = left if limit is None else min(left, limit)
+        if wait <= 0:
+          raise queue_module.Empty
+        kind, value = queue.get(timeout=wait)
+        if kind == 'done':
+          return value if isinstance(value, str) else (value, hung)
+        # after the compile the warm-up run, after that the timed runs, each with its limit
+        limit = (MJX_WARM_TIMEOUT if kind == 'compiled'
+                 else MJX_RUN_FACTOR * repeat * value + 30.0)
+    except queue_module.Empty:
+      if limit is None or time.perf_counter() - start >= timeout:
+        return f'not finished in {time.perf_counter() - start:.0f} s ({hung} tries hung)'
+      hung += 1
+    finally:
+      proc.kill()
+      proc.join()
+  return f'hung in all {hung} tries ({time.perf_counter() - start:.0f} s)'
 
 
 def main():
@@ -222,8 +270,10 @@ def main():
       if isinstance(res, str):
         print(f'MJX: {res} {share}', flush=True)
       else:
-        mjx_sps = res[1]
-        print(f'{res[1]:>12,.0f} {res[0]:>11.2f} {share} {sps / res[1]:>6.1f}x', flush=True)
+        (mjx_compile, mjx_sps), hung = res
+        note = f'  (MJX hung in {hung} of {hung + 1} tries)' if hung else ''
+        print(f'{mjx_sps:>12,.0f} {mjx_compile:>11.2f} {share} {sps / mjx_sps:>6.1f}x{note}',
+              flush=True)
     if default is not None:
       cd, sd = default
       print(f"{'':>6} {sd:>12,.0f} {cd:>10.2f}  (mjx_py at its default capacities: "

@@ -587,6 +587,33 @@ def test_unknown_material_is_an_error():
   assert e.value.attribute == 'material'
 
 
+def test_compare_speed_retries_a_hung_mjx_child(tmp_path, monkeypatch):
+  """examples/compare_speed.py measures MJX in a child process and starts a fresh one when a
+  try hangs after its compile (jaxlib's batched LAPACK kernels can deadlock MJX's step on a
+  2-core CPU): with a stand-in child (tests/mjx_stub.py) whose first try hangs, the second's
+  figures come back with one hung try counted; when every try hangs, a message says so."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      'compare_speed', os.path.join(ROOT, 'examples', 'compare_speed.py'))
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  import mjx_stub
+  monkeypatch.setattr(example, 'MJX_WARM_TIMEOUT', 2.0)
+  monkeypatch.setattr(example, 'MJX_TRIES', 2)
+  counter = tmp_path / 'tries'
+  counter.write_text('0 1')
+  res = example._time_mjx_limited(str(counter), 4, 1, 1, timeout=120, worker=mjx_stub.worker)
+  assert res == ((0.5, 4000.0), 1) and counter.read_text() == '2 1'
+  counter.write_text('0 5')
+  res = example._time_mjx_limited(str(counter), 4, 1, 1, timeout=120, worker=mjx_stub.worker)
+  assert isinstance(res, str) and res.startswith('hung in all 2 tries')
+  # the child's flags: one device, MJX's own loop threshold at batches, no Eigen pool
+  flags = ('--xla_backend_extra_options=xla_cpu_small_while_loop_byte_threshold=1048576 '
+           '--xla_force_host_platform_device_count=2')
+  assert example._mjx_flags(flags, 1024, False) == '--xla_cpu_multi_thread_eigen=false'
+  assert example._mjx_flags(flags, 1, True) == flags.split()[0]
+
+
 def test_profile_compile_example():
   """examples/profile_compile.py's accounting: XLA's timer lines parsed and summed by phase,
   pass and module kind; HLO instructions counted; jaxpr equations attributed to the mjx_py
