@@ -104,6 +104,7 @@ from .check import batch_any
 from .data import EFC_UNUSED, dual_rows
 from .errors import NotSupportedError
 from .math import MINVAL
+from .xla import full_precision
 
 # mjtConstraint
 EQUALITY, FRICTION_DOF, FRICTION_TENDON, LIMIT_JOINT, LIMIT_TENDON = 0, 1, 2, 3, 4
@@ -875,6 +876,7 @@ def rows_product(J, v, nefc, k, transpose=False, full=None):
     return lax.cond(batch_any(nefc > k), lambda: full(J, v), small)
 
   @product.defjvp
+  @full_precision
   def _product_jvp(primals, tangents):
     J, v, nefc = primals
     dJ, dv, _ = tangents
