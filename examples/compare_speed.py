@@ -106,7 +106,8 @@ def _mjx_worker(xml, batch, nstep, repeat, queue):
 # XLA's default loop threshold, in 2 of 3 runs of MJX alone at stop 64 (the third: 2,181
 # env-steps/s), in none of 5 with the flag (1,714-1,997). The ant, which never deadlocked, ran
 # as fast with it (1,178 / 1,200 against 1,228 / 1,202 env-steps/s at batch 1024, alternating
-# processes); --mjx-eigen-threads drops it.
+# processes); --mjx-eigen-threads drops it. It makes the deadlock rarer, not impossible: a try
+# that hangs anyway is retried (MJX_TRIES).
 MJX_SINGLE_THREAD_EIGEN = '--xla_cpu_multi_thread_eigen=false'
 
 

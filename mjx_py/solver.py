@@ -123,9 +123,8 @@ rounded up to a multiple of 8, at most N / 2) when N is every row the model can 
 (put_model's default), or one bucket of two thirds of N when the capacity was cut to the
 model's use (fit_capacity, an njmax given; see constraint.CUT_BUCKET), and the row work runs
 on the first k rows for the smallest bucket k that every world of the batch (on CPU: of each
-chunk) fits, its results
-padded back to N. The unused rows add nothing, so every size gives the same iterates up to
-summation order.
+chunk) fits, its results padded back to N. The unused rows add nothing, so every size gives the
+same iterates up to summation order.
 Only the row work is compiled at each size (_on_rows: a lax.switch per piece of row work on the
 batch's bucket index), the iterations and the line search's control flow once: the carry keeps
 all N rows. Until this round the whole iterations were compiled at each size (a lax.switch
