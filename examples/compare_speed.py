@@ -11,6 +11,9 @@ with the throughput issue's two figures, ours as a share of MuJoCo C on all thre
 multiple of MJX. ``--fit-capacity`` first sizes mjx_py's contact and constraint-row capacities
 to the model (mjx_py.fit_capacity, printed above the table); MuJoCo C allocates per step and
 MJX sizes its contact buffer from the model's candidate geom pairs: neither has the knob.
+mjx_py's rollout (mjx_py.testspeed.batched_rollout) carries only the state from step to step,
+as mujoco.rollout returns states (mjx_py.rollout's ``state_only``); MJX's carries its whole
+Data, as MJX's own loops do.
 ``mjx-py MODEL --compare`` runs this script for its batch size. The engine itself never imports
 mujoco: it is the tests' oracle and this script's reference.
 """

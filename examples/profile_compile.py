@@ -1,7 +1,7 @@
 """Where a model's compile time goes: tracing, lowering, XLA's HLO passes and its code generation.
 
-Run: python examples/profile_compile.py [MODEL] [--batch B] [--grad NSTEP [--remat]] [--top K]
-     [--no-xla-log]
+Run: python examples/profile_compile.py [MODEL] [--batch B] [--grad NSTEP [--remat] [--state-only]]
+     [--top K] [--no-xla-log]
 
 Compiles ``jax.jit`` of ``mjx_py.step`` on one world (``--batch B``: of ``jax.vmap(step)`` over B
 worlds; ``--grad NSTEP``: of ``jax.grad`` of the squared final qpos through an NSTEP-step
@@ -203,14 +203,14 @@ class _Stderr:
     self.file.close()
 
 
-def program(m, batch: int, grad: int, remat: bool = False):
+def program(m, batch: int, grad: int, remat: bool = False, state_only: bool = False):
   """The function to compile and its example argument."""
   d = mjx_py.make_data(m)
   if grad:
     ctrl = jnp.zeros((grad, m.nu), d.qpos.dtype)
 
     def loss(ctrl):
-      last, _ = mjx_py.rollout(m, d, ctrl, remat=remat)
+      last, _ = mjx_py.rollout(m, d, ctrl, remat=remat, state_only=state_only)
       return jnp.sum(last.qpos ** 2)
     return jax.grad(loss), ctrl
   if batch:
@@ -229,15 +229,18 @@ def main():
                       help='compile the gradient through an NSTEP-step rollout instead')
   parser.add_argument('--remat', action='store_true',
                       help="with --grad: the rollout's remat=True (each step rematerialized)")
+  parser.add_argument('--state-only', action='store_true',
+                      help="with --grad: the rollout's state_only=True (only the state carried)")
   parser.add_argument('--top', type=int, default=12, help='rows of each ranking')
   parser.add_argument('--no-xla-log', action='store_true', help="skip XLA's timers")
   args = parser.parse_args()
 
   with _Stderr():        # JAX's start and compile_options' probe compile log too: not ours
     m = mjx_py.from_xml_path(args.model)
-    fn, arg = program(m, args.batch, args.grad, args.remat)
+    fn, arg = program(m, args.batch, args.grad, args.remat, args.state_only)
     options = xla.compile_options(batch=args.batch)
-  what = (f'grad through {args.grad} steps{" (remat)" * args.remat}' if args.grad else
+  what = (f'grad through {args.grad} steps{" (remat)" * args.remat}'
+          f'{" (state only)" * args.state_only}' if args.grad else
           f'vmap(step) over {args.batch} worlds' if args.batch else 'step, one world')
   print(f'{os.path.basename(args.model)}: {what}; compile options {options}; '
         f'jax {jax.__version__}')

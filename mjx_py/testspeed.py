@@ -15,6 +15,7 @@ start. Never a timed test: numbers depend on the machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import resource
@@ -138,7 +139,10 @@ def with_element(xml: str, element: str) -> str:
 
 def batched_rollout(m, peaks: bool = False):
   """rollout(d, ctrls) -> d: ``len(ctrls)`` steps of ``jax.vmap(step)`` over the batched Data
-  ``d`` (leading axis: worlds), ctrls (nstep, batch, nu) set before each step (lax.scan).
+  ``d`` (leading axis: worlds), ctrls (nstep, batch, nu) set before each step (lax.scan). The
+  scan carries only the state (mjx_py.rollout.scan_state, as ``rollout(...,
+  state_only=True)``): the Data returned has the last step's state and d's other fields, as
+  mujoco.rollout returns states.
 
   peaks: rollout(d, ctrls, peak) -> (d, peak) instead, peak (batch, 2) int32 the most contacts
   (ncon) and constraint rows (nefc) each world had after a step's forward pass, folded into the
@@ -146,19 +150,22 @@ def batched_rollout(m, peaks: bool = False):
   (nconmax, nefc_max) it used."""
   from mjx_py.capacity import fold_peaks
   from mjx_py.forward import step
+  from mjx_py.rollout import scan_state, state_of
 
   def one(d, c):
     return jax.vmap(lambda d, c: step(m, d.__class__(**{**vars(d), 'ctrl': c})))(d, c)
 
   def rollout(d, ctrls):
-    return jax.lax.scan(lambda d, c: (one(d, c), None), d, ctrls)[0]
+    return scan_state(lambda d, c: (one(d, c), None), d, ctrls)[0]
 
   def rollout_peaks(d, ctrls, peak):
+    # the state and the peak carried (as scan_state carries the state)
     def body(carry, c):
-      d, peak = carry
-      d = one(d, c)
-      return (d, fold_peaks(peak, d)), None
-    return jax.lax.scan(body, (d, peak), ctrls)[0]
+      state, peak = carry
+      out = one(dataclasses.replace(d, **state), c)
+      return (state_of(out), fold_peaks(peak, out)), None
+    (state, peak), _ = jax.lax.scan(body, (state_of(d), peak), ctrls)
+    return dataclasses.replace(d, **state), peak
   return rollout_peaks if peaks else rollout
 
 

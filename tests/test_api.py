@@ -447,11 +447,15 @@ def test_rollout_peaks_are_the_largest_counts():
   d = testspeed.broadcast_batch(d0, 3)
   d = d.__class__(**{**vars(d), 'qpos': d.qpos.at[:, 1].add(jnp.asarray([-0.3, 0.0, 0.2]))})
   fn = jax.jit(testspeed.batched_rollout(m, peaks=True))
+  # the rollout carries only the state: each step's counts from the same step taken alone
+  step = jax.jit(jax.vmap(lambda d, c: mjx_py.step(m, d.__class__(**{**vars(d), 'ctrl': c}))))
   peak = jnp.zeros((3, 2), jnp.int32)
   seen = []
   for c in ctrl:             # one step per call: every step's counts are visible
+    alone = step(d, c[0])
     d, peak = fn(d, c, peak)
-    seen.append(np.stack([np.asarray(d.ncon), np.asarray(d.nefc)], axis=-1))
+    np.testing.assert_allclose(d.qpos, alone.qpos, rtol=0, atol=1e-5)
+    seen.append(np.stack([np.asarray(alone.ncon), np.asarray(alone.nefc)], axis=-1))
   np.testing.assert_array_equal(peak, np.max(seen, axis=0))
   assert np.max(np.asarray(seen)[..., 0]) > 0              # the hopper touches the floor
   _, again = fn(d, ctrl[0], peak.at[1, 0].set(99))
