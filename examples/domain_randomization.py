@@ -23,6 +23,7 @@ import numpy as np
 
 import mjx_py
 from mjx_py import massprops, setconst, testspeed
+from mjx_py.rollout import scan_state
 
 RANDOMIZED = ('geom_size', 'geom_density', 'geom_friction', 'actuator_gear')
 
@@ -54,12 +55,13 @@ CONSISTENT = list(massprops.WRITES + setconst.WRITES)
 
 def rollout(m: mjx_py.Model, axes):
   """rollout(models, d, ctrls) -> d: vmapped steps of the batched models, ctrls (nstep, batch,
-  nu) set before each step."""
+  nu) set before each step; the scan carries only the state a step reads
+  (mjx_py.rollout.scan_state: d's other fields come back as given)."""
   def run(models, d, ctrls):
     def body(d, ctrl):
       d = dataclasses.replace(d, ctrl=ctrl)
       return jax.vmap(mjx_py.step, in_axes=(axes, 0))(models, d), None
-    return jax.lax.scan(body, d, ctrls)[0]
+    return scan_state(body, d, ctrls)[0]
   return run
 
 
