@@ -15,7 +15,6 @@ start. Never a timed test: numbers depend on the machine.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import re
 import resource
@@ -150,7 +149,7 @@ def batched_rollout(m, peaks: bool = False):
   (nconmax, nefc_max) it used."""
   from mjx_py.capacity import fold_peaks
   from mjx_py.forward import step
-  from mjx_py.rollout import scan_state, state_of
+  from mjx_py.rollout import scan_state
 
   def one(d, c):
     return jax.vmap(lambda d, c: step(m, d.__class__(**{**vars(d), 'ctrl': c})))(d, c)
@@ -159,13 +158,12 @@ def batched_rollout(m, peaks: bool = False):
     return scan_state(lambda d, c: (one(d, c), None), d, ctrls)[0]
 
   def rollout_peaks(d, ctrls, peak):
-    # the state and the peak carried (as scan_state carries the state)
-    def body(carry, c):
-      state, peak = carry
-      out = one(dataclasses.replace(d, **state), c)
-      return (state_of(out), fold_peaks(peak, out)), None
-    (state, peak), _ = jax.lax.scan(body, (state_of(d), peak), ctrls)
-    return dataclasses.replace(d, **state), peak
+    # each step's counts folded with the peak passed in, then the largest over the steps
+    def body(d, c):
+      out = one(d, c)
+      return out, fold_peaks(peak, out)
+    d, peaks = scan_state(body, d, ctrls)
+    return d, jnp.max(peaks, axis=0)
   return rollout_peaks if peaks else rollout
 
 
