@@ -44,14 +44,20 @@ def test_inverse_unbatched_vmapped_and_nested(n):
                              atol=1e-12 * np.abs(expect).max())
 
 
-@pytest.mark.parametrize('library', [False, True], ids=['gauss_jordan', 'library_lu'])
+@pytest.mark.parametrize('path', ['gauss_jordan', 'gaussian', 'library_lu'])
 @pytest.mark.parametrize('n', [1, 6, 12, 27, 40])
-def test_solve_direct_unbatched_vmapped_and_nested(n, library, monkeypatch):
-  """The Newton direction's solve (Gauss-Jordan on [a | b] in column-narrowing loops: one loop
-  below 12 columns, three from 12 on; on a GPU the batched LU solve, taken here on the CPU)
-  against numpy, alone, under vmap, nested vmaps and with an unbatched matrix shared by the
-  worlds; a nonsymmetric a with nonzero leading minors too."""
+def test_solve_direct_unbatched_vmapped_and_nested(n, path, monkeypatch):
+  """The Newton direction's solve against numpy, alone, under vmap, nested vmaps and with an
+  unbatched matrix shared by the worlds; a nonsymmetric a with nonzero leading minors too. Each
+  path: Gauss-Jordan on [a | b] in column-narrowing loops (one loop below 12 columns, three from
+  12 on; batches below linalg.ELIMINATION_MIN_BATCH), Gaussian elimination in loops narrowing
+  rows and columns and back substitution (from that batch on; both taken here at every batch
+  by moving the threshold), and on a GPU the batched LU solve, taken here on the CPU."""
+  library = path == 'library_lu'
   monkeypatch.setattr(linalg, '_library_solve', lambda: library)
+  monkeypatch.setattr(linalg, 'ELIMINATION_MIN_BATCH', 1 if path == 'gaussian' else 10**9)
+  calls, ge = [], linalg._solve_batch_ge
+  monkeypatch.setattr(linalg, '_solve_batch_ge', lambda a, b: calls.append(a.shape) or ge(a, b))
 
   def solve_direct(a, b):  # a fresh function per test: nothing reuses another path's trace
     return linalg.solve_direct(a, b)
@@ -74,6 +80,7 @@ def test_solve_direct_unbatched_vmapped_and_nested(n, library, monkeypatch):
   many = np.swapaxes(b[:, :2], 1, 2)                                # (3, n, 2)
   np.testing.assert_allclose(jax.jit(jax.vmap(solve_direct))(a[:, 0], many),
                              np.linalg.solve(a[:, 0], many), **tol)
+  assert bool(calls) == (path == 'gaussian'), calls
 
 
 def test_cpu_blocks_give_the_whole_batch_results(monkeypatch):
