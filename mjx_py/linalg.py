@@ -11,8 +11,10 @@ while-loops of fused elementwise work, so nothing can block, and they run on any
 a GPU the direct solve takes the library's batched kernels, which run faster there: see
 ``solve_direct``).
 
-The solves use Gauss-Jordan elimination without pivoting: on [a | b] for a value
-(``solve_direct``), the inverse (``inverse``) when differentiated and in the dual solvers.
+The solves eliminate without pivoting: for a value (``solve_direct``) Gaussian elimination on
+[a | b] and back substitution for batches of ELIMINATION_MIN_BATCH systems or more, Gauss-Jordan
+on [a | b] for smaller ones; the Gauss-Jordan inverse (``inverse``) when differentiated and in
+the dual solvers.
 MuJoCo factors qM by LDL^T (mj_factorM) and M - h D by LU without pivoting; in exact arithmetic
 these give the same solution, and in float64 the results agree to rounding (the per-stage parity
 tests hold qacc to 1e-8 relative). Gradients go through
@@ -299,8 +301,11 @@ def solve_direct(a, b):
   """a^-1 b for a (n, n) with nonzero leading minors and b (n,) or (n, k), without the inverse
   and without derivatives (``a`` and ``b`` carry none: the Newton solver's search direction,
   and the value of the solves below when nothing differentiates them):
-  Gauss-Jordan on [a | b] whose loops narrow to the columns still to eliminate, about half the
-  inverse's work for n ~ 30 (see _solve_batch). Per world, batched underneath as ``inverse``.
+  Gaussian elimination on [a | b] in loops that narrow the rows and columns still to
+  eliminate, then back substitution, about a third of the inverse's work for n ~ 30, for a
+  batch of ELIMINATION_MIN_BATCH systems or more; Gauss-Jordan in loops that narrow the
+  columns, about half, for smaller batches (see _solve_batch). Per world, batched underneath
+  as ``inverse``.
 
   On a GPU (JAX's default backend when the step is traced) it is the library's batched LU
   solve instead (_solve_lu_batch): there each Gauss-Jordan step is a kernel of its own that

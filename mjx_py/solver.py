@@ -35,9 +35,10 @@ of masked selects),
 the move, the constraint update and the new gradient grad = M qacc - qfrc_smooth - J' force;
 Newton preconditions with the Hessian H = M + J' diag(D of the QUADRATIC rows) J + the middle-
 zone cone blocks J_c' H_c J_c (H_c from mj_constraintUpdate), solved densely each iteration
-(mjx_py.linalg.solve_direct, Gauss-Jordan on [H | grad] whose loops narrow to the columns left
-to eliminate: MuJoCo updates its Cholesky factor incrementally, which gives the same direction up
-to rounding); CG preconditions with M^-1 and updates the direction with
+(mjx_py.linalg.solve_direct: for batches of 32 or more Gaussian elimination on [H | grad] in
+loops that narrow the rows and columns left to eliminate and back substitution, for smaller
+ones Gauss-Jordan; MuJoCo updates its Cholesky factor incrementally, which gives the same
+direction up to rounding); CG preconditions with M^-1 and updates the direction with
 Polak-Ribiere (beta clamped at 0). Termination as MuJoCo: the line search returns 0, or the
 scaled improvement or gradient (scale = 1 / (meaninertia max(1, nv))) falls below
 opt.tolerance. Warm start: qacc_warmstart unless the warmstart flag is disabled or its total
