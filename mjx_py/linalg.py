@@ -159,20 +159,20 @@ def _phases(n: int):
 
 def _eliminate(w, start: int, end: int, n: int):
   """Gaussian elimination steps start..end-1 on the work array w (n - start, n - start + k, B)
-  (rows and columns start.. of [a | b] with the batch minor): step k divides row k by its
-  pivot and takes column k out of the rows below it. Returns the finished rows start..end-1
-  (their unit upper-triangular part and right-hand side, columns start..) and the rows and
-  columns from end on that the next steps work on."""
+  (rows and columns start.. of [a | b] for k right-hand sides, the batch minor): step j
+  divides row j by its pivot and takes column j out of the rows below it. Returns the finished
+  rows start..end-1 (their unit upper-triangular part and right-hand sides, columns start..)
+  and the rows and columns from end on that the next steps work on."""
   m = n - start
   i = lax.broadcasted_iota(jnp.int32, (m, 1, 1), 0)
   at = lax.broadcasted_iota(jnp.int32, (m, 1), 0)
 
-  def body(k, w):
-    c = k - start                                                        # row k in w
+  def body(j, w):
+    c = j - start                                                        # row j in w
     row = lax.dynamic_index_in_dim(w, c, 0, keepdims=False)             # (m + k, B)
     row = row / lax.dynamic_index_in_dim(row, c, 0, keepdims=True)
     col = lax.dynamic_index_in_dim(w, c, 1, keepdims=False)             # (m, B)
-    col = jnp.where(at <= c, 0.0, col)                                   # rows below k only
+    col = jnp.where(at <= c, 0.0, col)                                   # rows below j only
     return jnp.where(i == c, row[None], w - col[:, None] * row[None])
   w = lax.fori_loop(start, end, body, w, unroll=_unroll(n, w.shape[-1]))
   done = end - start
