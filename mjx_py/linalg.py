@@ -201,10 +201,10 @@ def _substitute(U, x):
   return r if x is None else jnp.concatenate([r, x], axis=0)
 
 
-def _solve_batch_ge(a, b):
-  """a^-1 b (B, n) or (B, n, k) for a batch of matrices a (B, n, n) and b (B, n) or (B, n, k)
-  by Gaussian elimination without pivoting on [a | b] and back substitution, the batch as the
-  minor axis (as _inverse_batch).
+def _solve_batch_ge(w, n: int):
+  """The solutions (n, k, B) of a batch's systems given as the work array w = [a | b]
+  (n, n + k, B) (see _solve_batch), by Gaussian elimination without pivoting and back
+  substitution.
 
   The eliminations run in a few loops (``_phases``), each on static slices that start at its
   first row and column: rows and columns before it are finished (their rows set aside for the
@@ -216,12 +216,6 @@ def _solve_batch_ge(a, b):
   64 systems of n = 27 133 -> 104 us, of n = 14 29 -> 26 us, 512 of n = 27 1.89 -> 1.63 ms,
   one of n = 27 5.6 -> 4.8 us; the errors against float64 LAPACK are alike (2.5e-7 relative
   at n = 27)."""
-  n = a.shape[-1]
-  if not n:
-    return b
-  vector = b.ndim == 2
-  b = b[..., None] if vector else b                                      # (B, n, k)
-  w = jnp.moveaxis(jnp.concatenate([a, b], axis=-1), 0, -1)             # (n, n + k, B)
   finished = []
   for start, end in _phases(n):
     U, w = _eliminate(w, start, end, n)
@@ -229,14 +223,12 @@ def _solve_batch_ge(a, b):
   x = None
   for U in reversed(finished):
     x = _substitute(U, x)
-  x = jnp.moveaxis(x, -1, 0)                                             # (B, n, k)
-  return x[..., 0] if vector else x
+  return x
 
 
-def _solve_batch_gj(a, b):
-  """a^-1 b (B, n) or (B, n, k) for a batch of matrices a (B, n, n) and b (B, n) or (B, n, k)
-  by Gauss-Jordan elimination without pivoting on [a | b], the batch as the minor axis (as
-  _inverse_batch).
+def _solve_batch_gj(w, n: int):
+  """The solutions (n, k, B) of a batch's systems given as the work array w = [a | b]
+  (n, n + k, B) (see _solve_batch), by Gauss-Jordan elimination without pivoting.
 
   Step k takes column k out of every row but k. Only the columns from k on take part: columns
   before k are already eliminated (unit vectors) and nothing later reads them. The steps run in
@@ -244,11 +236,7 @@ def _solve_batch_gj(a, b):
   work shrinks as the elimination proceeds: for n = 27 a step touches 28, 19 or 10 columns
   instead of 27 (the inverse's n) plus the right-hand side. Batches below ELIMINATION_MIN_BATCH
   (see _solve_batch)."""
-  n = a.shape[-1]
-  vector = b.ndim == 2
-  b = b[..., None] if vector else b                                      # (B, n, k)
-  width = n + b.shape[-1]
-  w = jnp.moveaxis(jnp.concatenate([a, b], axis=-1), 0, -1)             # (n, n + k, B)
+  width = w.shape[1]
   i = lax.broadcasted_iota(jnp.int32, (n, 1, 1), 0)
   at = lax.broadcasted_iota(jnp.int32, (n, 1), 0)
   for start, end in _phases(n):
@@ -264,8 +252,7 @@ def _solve_batch_gj(a, b):
       col = jnp.where(at == k, 0.0, col)
       return jnp.where(i == k, row[None], w - col[:, None] * row[None])
     w = lax.fori_loop(start, end, body, w, unroll=_unroll(n, w.shape[-1]))
-  x = jnp.moveaxis(w[:, n - width:], -1, 0)                              # (B, n, k)
-  return x[..., 0] if vector else x
+  return w[:, n - width:]
 
 
 # the smallest batch whose direct solves take Gaussian elimination and back substitution
@@ -277,10 +264,19 @@ def _solve_batch(a, b):
   on, else _solve_batch_gj. Gaussian elimination does a third less arithmetic, but its back
   substitution adds a loop per phase, which a small batch pays for: the humanoid's one-world
   rollout (float32, 2-core CPU, median of 21 alternating calls of 200 steps) ran 8% slower
-  with it, against 5% faster at batch 1024 (Benchmarks, stop 67)."""
-  if a.shape[0] >= ELIMINATION_MIN_BATCH:
-    return _solve_batch_ge(a, b)
-  return _solve_batch_gj(a, b)
+  with it, against 5% faster at batch 1024 (Benchmarks, stop 67).
+
+  a (B, n, n), b (B, n) or (B, n, k) -> a^-1 b of b's shape. Both eliminate on the work array
+  [a | b] (n, n + k, B), the batch as the minor axis (as _inverse_batch)."""
+  n = a.shape[-1]
+  if not n:
+    return b
+  vector = b.ndim == 2
+  b = b[..., None] if vector else b                                      # (B, n, k)
+  w = jnp.moveaxis(jnp.concatenate([a, b], axis=-1), 0, -1)             # (n, n + k, B)
+  solve = _solve_batch_ge if a.shape[0] >= ELIMINATION_MIN_BATCH else _solve_batch_gj
+  x = jnp.moveaxis(solve(w, n), -1, 0)                                   # (B, n, k)
+  return x[..., 0] if vector else x
 
 
 _solve_direct = per_world(_in_blocks(_solve_batch))
