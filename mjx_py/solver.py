@@ -884,7 +884,7 @@ def _direction(c: _Carry, H):
   Hessian of the carry's constraint update (MuJoCo computes it right after the move; it is
   computed here, at the start of the next iteration, so that a world that converged never
   factors it)."""
-  Mgrad = linalg.solve_direct(H, c.grad)
+  Mgrad = linalg.solve_direct(H, c.grad, symmetric=True)
   return c._replace(Mgrad=Mgrad, search=-Mgrad)
 
 

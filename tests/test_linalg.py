@@ -44,7 +44,8 @@ def test_inverse_unbatched_vmapped_and_nested(n):
                              atol=1e-12 * np.abs(expect).max())
 
 
-@pytest.mark.parametrize('path', ['gauss_jordan', 'gaussian', 'library_lu'])
+@pytest.mark.parametrize('path', ['gauss_jordan', 'gaussian', 'gaussian_symmetric',
+                                  'library_lu'])
 @pytest.mark.parametrize('n', [1, 6, 12, 27, 40])
 def test_solve_direct_unbatched_vmapped_and_nested(n, path, monkeypatch):
   """The Newton direction's solve against numpy, alone, under vmap, nested vmaps and with an
@@ -52,35 +53,48 @@ def test_solve_direct_unbatched_vmapped_and_nested(n, path, monkeypatch):
   path: Gauss-Jordan on [a | b] in column-narrowing loops (one loop below 12 columns, three from
   12 on; batches below linalg.ELIMINATION_MIN_BATCH), Gaussian elimination in loops narrowing
   rows and columns and back substitution (from that batch on; both taken here at every batch
-  by moving the threshold), and on a GPU the batched LU solve, taken here on the CPU."""
+  by moving the threshold), its symmetric form (``symmetric=True``: multipliers from the pivot
+  rows, so that only a's upper triangle is read: given a symmetric a whose strictly lower
+  triangle is replaced by noise, it solves the symmetric system), and on a GPU the batched LU
+  solve, taken here on the CPU."""
   library = path == 'library_lu'
+  symmetric = path == 'gaussian_symmetric'
   monkeypatch.setattr(linalg, '_library_solve', lambda: library)
-  monkeypatch.setattr(linalg, 'ELIMINATION_MIN_BATCH', 1 if path == 'gaussian' else 10**9)
+  monkeypatch.setattr(linalg, 'ELIMINATION_MIN_BATCH',
+                      1 if path.startswith('gaussian') else 10**9)
   calls, ge = [], linalg._solve_batch_ge
-  monkeypatch.setattr(linalg, '_solve_batch_ge', lambda a, b: calls.append(a.shape) or ge(a, b))
+  monkeypatch.setattr(linalg, '_solve_batch_ge', lambda w, n, sym=False:
+                      calls.append(sym) or ge(w, n, sym))
 
   def solve_direct(a, b):  # a fresh function per test: nothing reuses another path's trace
-    return linalg.solve_direct(a, b)
+    return linalg.solve_direct(a, b, symmetric)
   rng = np.random.default_rng(n)
-  a = _spd((3, 4), n) + 0.01 * rng.normal(size=(3, 4, n, n))
+  a = _spd((3, 4), n)
+  if symmetric:
+    # the solver sees a's upper triangle and noise below it
+    lower = np.tril(np.ones((n, n), bool), -1)
+    given = np.where(lower, rng.normal(size=(3, 4, n, n)), a)
+  else:
+    a = given = a + 0.01 * rng.normal(size=(3, 4, n, n))
   b = rng.normal(size=(3, 4, n)) * 10.0 ** rng.uniform(-2, 2, size=(3, 4, 1))
   expect = np.linalg.solve(a, b[..., None])[..., 0]
   tol = dict(rtol=1e-9, atol=1e-12 * np.abs(expect).max())
   # the path taken: the LU primitive appears in the traced program only on the library path
-  jaxpr = str(jax.make_jaxpr(jax.vmap(solve_direct))(a[0], b[0])).split()
+  jaxpr = str(jax.make_jaxpr(jax.vmap(solve_direct))(given[0], b[0])).split()
   assert ('lu' in jaxpr) == library
-  np.testing.assert_allclose(jax.jit(solve_direct)(a[0, 0], b[0, 0]), expect[0, 0], **tol)
-  np.testing.assert_allclose(jax.jit(jax.vmap(solve_direct))(a[0], b[0]), expect[0],
+  np.testing.assert_allclose(jax.jit(solve_direct)(given[0, 0], b[0, 0]), expect[0, 0], **tol)
+  np.testing.assert_allclose(jax.jit(jax.vmap(solve_direct))(given[0], b[0]), expect[0],
                              **tol)
-  np.testing.assert_allclose(jax.jit(jax.vmap(jax.vmap(solve_direct)))(a, b), expect,
+  np.testing.assert_allclose(jax.jit(jax.vmap(jax.vmap(solve_direct)))(given, b), expect,
                              **tol)
-  shared = jax.jit(jax.vmap(lambda x: solve_direct(a[1, 2], x)))(b[1])
+  shared = jax.jit(jax.vmap(lambda x: solve_direct(given[1, 2], x)))(b[1])
   np.testing.assert_allclose(shared, np.linalg.solve(a[1, 2], b[1].T).T, **tol)
   # several right-hand sides (n, k)
   many = np.swapaxes(b[:, :2], 1, 2)                                # (3, n, 2)
-  np.testing.assert_allclose(jax.jit(jax.vmap(solve_direct))(a[:, 0], many),
+  np.testing.assert_allclose(jax.jit(jax.vmap(solve_direct))(given[:, 0], many),
                              np.linalg.solve(a[:, 0], many), **tol)
-  assert bool(calls) == (path == 'gaussian'), calls
+  assert bool(calls) == path.startswith('gaussian'), calls
+  assert all(sym == symmetric for sym in calls), calls
 
 
 def test_cpu_blocks_give_the_whole_batch_results(monkeypatch):
