@@ -27,22 +27,22 @@ The problem (MuJoCo's primal formulation). With jar = J qacc - aref per row and 
                          0.5 D_0 / (mu^2 (1 + mu^2)) (N - mu T)^2
 and efc_force = -ds/djar (the rows' constraint forces), qfrc_constraint = J' efc_force.
 
-Iterations (at most opt.iterations of them): a line search along ``search`` (MuJoCo's
-CGsearch: a Newton step on the 1-D piecewise-quadratic cost, a one-sided Newton search, then a
-bracketed search over the two brackets' Newton points and their midpoint, at most
-ls_iterations + 3 evaluations of the 1-D cost; one evaluation per loop step, as a state machine
-of masked selects),
-the move, the constraint update and the new gradient grad = M qacc - qfrc_smooth - J' force;
-Newton preconditions with the Hessian H = M + J' diag(D of the QUADRATIC rows) J + the middle-
-zone cone blocks J_c' H_c J_c (H_c from mj_constraintUpdate), solved densely each iteration
-(mjx_py.linalg.solve_direct: for batches of 32 or more Gaussian elimination on [H | grad] in
-loops that narrow the rows and columns left to eliminate and back substitution, for smaller
-ones Gauss-Jordan; MuJoCo updates its Cholesky factor incrementally, which gives the same
-direction up to rounding); CG preconditions with M^-1 and updates the direction with
-Polak-Ribiere (beta clamped at 0). Termination as MuJoCo: the line search returns 0, or the
-scaled improvement or gradient (scale = 1 / (meaninertia max(1, nv))) falls below
-opt.tolerance. Warm start: qacc_warmstart unless the warmstart flag is disabled or its total
-cost exceeds the constraint cost at qacc_smooth (whose Gauss cost is 0).
+Iterations (at most opt.iterations of them): a line search along ``search`` (MuJoCo's CGsearch:
+a Newton step on the 1-D piecewise-quadratic cost, a one-sided Newton search, then a bracketed
+search over the two brackets' Newton points and their midpoint, at most ls_iterations + 3
+evaluations of the 1-D cost; one evaluation per loop step, as a state machine of masked
+selects), the move, the constraint update and the new gradient grad = M qacc - qfrc_smooth - J'
+force; Newton preconditions with the Hessian H = M + J' diag(D of the QUADRATIC rows) J + the
+middle-zone cone blocks J_c' H_c J_c (H_c from mj_constraintUpdate), solved densely each
+iteration (mjx_py.linalg.solve_direct: for batches of 32 or more Gaussian elimination on [H |
+grad] in loops that narrow the rows and columns left to eliminate, its multipliers taken from
+the pivot rows since H is symmetric, and back substitution, for smaller ones Gauss-Jordan;
+MuJoCo updates its Cholesky factor incrementally, which gives the same direction up to
+rounding); CG preconditions with M^-1 and updates the direction with Polak-Ribiere (beta clamped
+at 0). Termination as MuJoCo: the line search returns 0, or the scaled improvement or gradient
+(scale = 1 / (meaninertia max(1, nv))) falls below opt.tolerance. Warm start: qacc_warmstart
+unless the warmstart flag is disabled or its total cost exceeds the constraint cost at
+qacc_smooth (whose Gauss cost is 0).
 
 float32. MuJoCo's defaults (tolerance 1e-8, ls_tolerance 0.01) are float64 settings: in float32
 the scaled improvement and the line's slope cannot get that small except by stagnation, so the
