@@ -216,7 +216,8 @@ def _eliminate_symmetric(w, start: int, end: int, n: int):
 
 def _substitute(U, x):
   """Back substitution for one phase's finished rows U (L, m + k, B) (unit upper-triangular in
-  their first L columns, then the later rows' columns, then the right-hand sides) given the
+  their first L columns, whose entries below the diagonal are never read: _eliminate_symmetric
+  leaves them unreduced; then the later rows' columns, then the right-hand sides) given the
   later rows' solution x (m - L, k, B) (None for the last phase): the phase's solution
   (L, k, B), then x below it."""
   size = U.shape[0]
