@@ -75,7 +75,8 @@ dist, margin, impedance, K, B and R (R of every row is 2 mu^2 R_0, from the firs
 diagApprox), so those columns are computed once per contact (the humanoid: 54 entries instead of
 216). The active rows' indices (math.nonzero_first) gather the Jacobian rows and each row's
 table entry into the efc buffers: two gathers, their indices computed once (an optimization
-barrier; fused into the gathers, XLA:CPU recomputed the index chain for every element moved).
+barrier, which XLA:CPU removes before fusing: there only src's last few integer operations
+are recomputed per element, after nonzero_first's scatter).
 The hopper's make_constraint at batch 512 on one core went from 4.1 to 2.0 ms of profiled busy
 time (see the README's Benchmarks, stop 49).
 
@@ -961,8 +962,11 @@ def _write(m, d, rows, cap, contact, counts):
     src = jnp.where(sel < con_start, sel, con_start + lax.div(jnp.maximum(sel - con_start, 0),
                                                               jnp.int32(nr)))
   src = jnp.where(sel >= n, entries, src)
-  # the indices computed once: fused into a gather, XLA:CPU recomputes them (the whole chain
-  # from the prefix sums) for every element gathered
+  # the indices computed once: fused into a gather, XLA recomputes them for every element
+  # gathered. XLA:GPU keeps the barrier until after fusion; XLA:CPU removes barriers before it
+  # fuses (its OptimizationBarrierExpander pass), so there the gathers recompute src's few
+  # integer operations per element, from nonzero_first's output (a scatter, which ends the
+  # chain: the prefix sums are not recomputed)
   sel, src = lax.optimization_barrier((sel, src))
   # two row gathers (each table padded by its fill row, which fuses into the gather): the
   # Jacobian rows and the table entries (row-major tables' gathers copy contiguous rows, where
