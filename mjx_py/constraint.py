@@ -962,11 +962,10 @@ def _write(m, d, rows, cap, contact, counts):
     src = jnp.where(sel < con_start, sel, con_start + lax.div(jnp.maximum(sel - con_start, 0),
                                                               jnp.int32(nr)))
   src = jnp.where(sel >= n, entries, src)
-  # the indices computed once: fused into a gather, XLA recomputes them for every element
-  # gathered. XLA:GPU keeps the barrier until after fusion; XLA:CPU removes barriers before it
-  # fuses (its OptimizationBarrierExpander pass), so there the gathers recompute src's few
-  # integer operations per element, from nonzero_first's output (a scatter, which ends the
-  # chain: the prefix sums are not recomputed)
+  # the barrier keeps the index arithmetic out of the gathers (fused, it runs once per element
+  # gathered) where XLA honours it through fusion (GPU); XLA:CPU drops barriers before fusing,
+  # so there src's few integer operations run per element, from nonzero_first's output (a
+  # scatter, which ends the chain: the prefix sums are not recomputed)
   sel, src = lax.optimization_barrier((sel, src))
   # two row gathers (each table padded by its fill row, which fuses into the gather): the
   # Jacobian rows and the table entries (row-major tables' gathers copy contiguous rows, where
