@@ -78,7 +78,7 @@ table entry into the efc buffers: two gathers, their indices computed once (an o
 barrier, which XLA:CPU removes before fusing: there only src's last few integer operations
 are recomputed per element, after nonzero_first's scatter).
 The hopper's make_constraint at batch 512 on one core went from 4.1 to 2.0 ms of profiled busy
-time (see the README's Benchmarks, stop 49).
+time (see BENCHMARKS.md, stop 49).
 
 Gradients: the selection (which rows are active, their order) carries none; the values do, and
 stay finite at singular points (zero residual norms, zero ball-joint angles, saturated or flat

@@ -265,7 +265,7 @@ def rk4_step(m, d, forward_fn, sensors_fn):
   and warning counts, what the step's qacc check reads): the step's Data is what forward
   followed by rk4 gives. The sensors run inside the scan (see _rk4_scan). Measured against
   carrying all of stage 0's Data (one process, alternating calls, batch 1024 over the 2
-  cores): see the README's Benchmarks (stop 49)."""
+  cores): see BENCHMARKS.md (stop 49)."""
   dtype = d.qvel.dtype
   vel = jnp.zeros((4, m.nv), dtype)
   acc = jnp.zeros((4, m.nv), dtype)

@@ -302,7 +302,7 @@ def _solve_batch(a, b, symmetric: bool = False):
   on, else _solve_batch_gj. Gaussian elimination does a third less arithmetic, but its back
   substitution adds a loop per phase, which a small batch pays for: the humanoid's one-world
   rollout (float32, 2-core CPU, median of 21 alternating calls of 200 steps) ran 8% slower
-  with it, against 5% faster at batch 1024 (Benchmarks, stop 67).
+  with it, against 5% faster at batch 1024 (BENCHMARKS.md, stop 67).
 
   a (B, n, n), b (B, n) or (B, n, k) -> a^-1 b of b's shape. Both eliminate on the work array
   [a | b] (n, n + k, B), the batch as the minor axis (as _inverse_batch). symmetric (static):
