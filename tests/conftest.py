@@ -64,9 +64,9 @@ def _release_compiled_functions():
 # next module in collection order; by default it first reorders the modules by their number of
 # tests, which put the heaviest (test_gradients: 5 tests, 243 s; test_batch: 6, 236 s) last,
 # where one worker ran them while the other had finished. The collection is ordered here
-# instead, the heaviest modules first and the others after them in pytest's order (largest
-# first: the last modules handed out are short, so both workers end together), and
-# pyproject.toml's addopts turn xdist's reordering off (--no-loadscope-reorder).
+# instead, heaviest first, so that the last modules handed out are short and both workers end
+# together (modules not listed follow in pytest's order), and pyproject.toml's addopts turn
+# xdist's reordering off (--no-loadscope-reorder).
 MODULE_SECONDS = {
     'test_rollout': 414, 'test_gradients': 243, 'test_batch': 236,
     'test_forward_constraints': 235, 'test_rollout_contacts': 177, 'test_collision_driver': 146,
