@@ -13,7 +13,11 @@ to the model (mjx_py.fit_capacity, printed above the table); MuJoCo C allocates 
 MJX sizes its contact buffer from the model's candidate geom pairs: neither has the knob.
 mjx_py's rollout (mjx_py.testspeed.batched_rollout) carries only the state from step to step,
 as mujoco.rollout returns states (mjx_py.rollout's ``state_only``); MJX's carries its whole
-Data, as MJX's own loops do.
+Data, as MJX's own loops do. Every engine starts each batch's worlds from the model's initial
+state and steps them with random controls (uniform in the control range where limited,
+standard normal elsewhere): MJX with mjx_py's own (the same seed, its first --mjx-nstep steps),
+MuJoCo C with draws of its own from the same distribution. ``--mjx-nstep`` equal to
+``--nstep`` times the three engines over the same stretch of motion.
 ``mjx-py MODEL --compare`` runs this script for its batch size. The engine itself never imports
 mujoco: it is the tests' oracle and this script's reference.
 """
@@ -59,6 +63,14 @@ def _time_mujoco(xml: str, batch: int, nstep: int, threads: int, repeat: int):
   return batch * nstep / best
 
 
+def mjx_controls(mj, nstep: int, batch: int):
+  """MJX's controls (nstep, batch, nu), numpy float64, for the MjModel ``mj``: those of mjx_py's
+  rollout (testspeed.model_and_controls, the same seed), so that MJX's first nstep steps are
+  mjx_py's (until stop 71 MJX stepped with zero controls)."""
+  lo, hi = mj.actuator_ctrlrange.T
+  return testspeed.random_controls(lo, hi, mj.actuator_ctrllimited > 0, (nstep, batch))
+
+
 def _time_mjx(xml: str, batch: int, nstep: int, repeat: int, progress=None):
   """MJX's compile time (s) and env-steps/s (the fastest of ``repeat`` runs after a warm-up
   run); ``progress`` (a queue) gets ('compiled', s) after the compile and ('warm', s) after the
@@ -80,7 +92,7 @@ def _time_mjx(xml: str, batch: int, nstep: int, repeat: int, progress=None):
   # on one device, not split over the CPU devices with shard_worlds as mjx_py's rollouts are:
   # split, MJX deadlocked in LAPACK's Cholesky at batch 64 and 1024 (see _time_mjx_limited)
   dbatch = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (batch,) + x.shape), d0)
-  ctrl = jnp.zeros((nstep, batch, mj.nu))
+  ctrl = jnp.asarray(mjx_controls(mj, nstep, batch), jnp.float32)
   t0 = time.perf_counter()
   # lowered as mjx_py's programs are (testspeed), so the compiles compare alike
   fn = lower_paused(jax.jit(rollout), dbatch, ctrl).compile()
@@ -143,8 +155,12 @@ def _mjx_flags(flags: str, batch: int, eigen_threads: bool) -> str:
 # itself is unchanged. jaxlib 0.10.2's batched LAPACK kernels split a batch over the intra-op
 # pool and wait for the pieces, so concurrent calls can take every thread (the pool's size is
 # the process's CPU affinity).
+# MJX_WARM_TIMEOUT is for rollouts of up to MJX_WARM_NSTEP steps and grows in proportion beyond
+# (at stop 71 a 100-step warm-up run of MJX's ant at batch 1024 did not end within 120 s in
+# three tries).
 MJX_TRIES = 4
 MJX_WARM_TIMEOUT = 120.0
+MJX_WARM_NSTEP = 20
 MJX_RUN_FACTOR = 5.0
 
 
@@ -178,7 +194,7 @@ def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: fl
         if kind == 'done':
           return value if isinstance(value, str) else (value, hung)
         # after the compile the warm-up run, after that the timed runs, each with its limit
-        limit = (MJX_WARM_TIMEOUT if kind == 'compiled'
+        limit = (MJX_WARM_TIMEOUT * max(1.0, nstep / MJX_WARM_NSTEP) if kind == 'compiled'
                  else MJX_RUN_FACTOR * repeat * value + 30.0)
     except queue_module.Empty:
       if limit is None or time.perf_counter() - start >= timeout:

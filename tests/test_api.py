@@ -618,6 +618,32 @@ def test_compare_speed_retries_a_hung_mjx_child(tmp_path, monkeypatch):
   assert example._mjx_flags(flags, 1, True) == flags.split()[0]
 
 
+def test_compare_speed_steps_mjx_with_our_controls():
+  """examples/compare_speed.py gives MJX the random controls of mjx_py's rollout (the same
+  seed), so that both engines time the same stretch of motion: equal for the hopper (limited
+  controls) and for a model with an unlimited actuator (standard normal draws)."""
+  import importlib.util
+
+  import mujoco
+
+  from mjx_py import testspeed
+  spec = importlib.util.spec_from_file_location(
+      'compare_speed', os.path.join(ROOT, 'examples', 'compare_speed.py'))
+  example = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(example)
+  unlimited = ('<mujoco><worldbody><body><joint name="j"/><geom size=".1"/></body></worldbody>'
+               '<actuator><motor joint="j" ctrllimited="false"/>'
+               '<motor joint="j" ctrlrange="-2 3"/></actuator></mujoco>')
+  hopper = open(os.path.join(ROOT, 'models', 'hopper.xml')).read()
+  for xml, base in ((hopper, os.path.join(ROOT, 'models')), (unlimited, '')):
+    mj = mujoco.MjModel.from_xml_string(xml)
+    ours = testspeed.model_and_controls(xml, (7, 5), 0, base)[2]
+    theirs = example.mjx_controls(mj, 7, 5)
+    assert theirs.shape == (7, 5, mj.nu)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs, ours.dtype))
+    assert np.unique(theirs).size == theirs.size      # random, not zeros
+
+
 def test_profile_compile_example():
   """examples/profile_compile.py's accounting: XLA's timer lines parsed and summed by phase,
   pass and module kind; HLO instructions counted; jaxpr equations attributed to the mjx_py
