@@ -212,7 +212,8 @@ def main():
   parser.add_argument('--batch', type=int, nargs='+', default=[1, 64, 1024])
   parser.add_argument('--nstep', type=int, default=200)
   parser.add_argument('--mjx-nstep', type=int, default=20,
-                      help='steps per MJX rollout (MJX on CPU is slow; its compile time does not '
+                      help='steps per MJX rollout: the first steps of those timed for mjx_py, '
+                           'with the same controls (MJX on CPU is slow; its compile time does not '
                            'depend on this, since the steps run in lax.scan)')
   parser.add_argument('--no-mjx', action='store_true', help='skip MJX')
   parser.add_argument('--mjx-eigen-threads', action='store_true',
@@ -267,6 +268,10 @@ def main():
         repeat=args.repeat, **capacities)
 
   ncpu = os.cpu_count() or 1
+  if not args.no_mjx and args.mjx_nstep != args.nstep:
+    print(f'MJX times the first {args.mjx_nstep} of the {args.nstep} steps timed for mjx_py and '
+          'MuJoCo C (--mjx-nstep; MJX\'s speed depends on the stretch of motion: give '
+          f'--mjx-nstep {args.nstep} to time the same steps)')
   print(f"{'batch':>6} {'ours':>12} {'compile s':>10} {'MuJoCo 1thr':>12} "
         f"{f'MuJoCo {ncpu}thr':>12} {'MJX':>12} {'MJX compile':>11} {f'/ C {ncpu}thr':>9} "
         f"{'/ MJX':>7}  (env-steps/s; the last two: ours as a share of MuJoCo C on all "

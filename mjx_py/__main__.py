@@ -48,7 +48,8 @@ def main(argv=None) -> int:
                       help='then run examples/compare_speed.py (mjx_py, MuJoCo C and MJX side by '
                            'side) on the same model and batch (needs the bench extra)')
   parser.add_argument('--mjx-nstep', type=int, default=20,
-                      help='steps per MJX rollout with --compare (MJX is slow on CPU)')
+                      help='steps per MJX rollout with --compare: the first of the steps timed '
+                           'for mjx_py, with the same controls (MJX is slow on CPU)')
   parser.add_argument('--mjx-timeout', type=float, default=600,
                       help='seconds before the MJX measurement is given up')
   parser.add_argument('--no-mjx', action='store_true', help='with --compare: MuJoCo C only')
