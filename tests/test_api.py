@@ -591,16 +591,22 @@ def test_unknown_material_is_an_error():
   assert e.value.attribute == 'material'
 
 
+def _example(name: str):
+  """examples/NAME.py imported as a module (its main() not run)."""
+  import importlib.util
+  spec = importlib.util.spec_from_file_location(
+      name, os.path.join(ROOT, 'examples', f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def test_compare_speed_retries_a_hung_mjx_child(tmp_path, monkeypatch):
   """examples/compare_speed.py measures MJX in a child process and starts a fresh one when a
   try hangs after its compile (jaxlib's batched LAPACK kernels can deadlock MJX's step on a
   2-core CPU): with a stand-in child (tests/mjx_stub.py) whose first try hangs, the second's
   figures come back with one hung try counted; when every try hangs, a message says so."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(
-      'compare_speed', os.path.join(ROOT, 'examples', 'compare_speed.py'))
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  example = _example('compare_speed')
   import mjx_stub
   monkeypatch.setattr(example, 'MJX_WARM_TIMEOUT', 2.0)
   monkeypatch.setattr(example, 'MJX_TRIES', 2)
@@ -622,19 +628,15 @@ def test_compare_speed_steps_mjx_with_our_controls():
   """examples/compare_speed.py gives MJX the random controls of mjx_py's rollout (the same
   seed), so that both engines time the same stretch of motion: equal for the hopper (limited
   controls) and for a model with an unlimited actuator (standard normal draws)."""
-  import importlib.util
-
   import mujoco
 
   from mjx_py import testspeed
-  spec = importlib.util.spec_from_file_location(
-      'compare_speed', os.path.join(ROOT, 'examples', 'compare_speed.py'))
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  example = _example('compare_speed')
   unlimited = ('<mujoco><worldbody><body><joint name="j"/><geom size=".1"/></body></worldbody>'
                '<actuator><motor joint="j" ctrllimited="false"/>'
                '<motor joint="j" ctrlrange="-2 3"/></actuator></mujoco>')
-  hopper = open(os.path.join(ROOT, 'models', 'hopper.xml')).read()
+  with open(os.path.join(ROOT, 'models', 'hopper.xml')) as f:
+    hopper = f.read()
   for xml, base in ((hopper, os.path.join(ROOT, 'models')), (unlimited, '')):
     mj = mujoco.MjModel.from_xml_string(xml)
     ours = testspeed.model_and_controls(xml, (7, 5), 0, base)[2]
@@ -649,11 +651,7 @@ def test_profile_compile_example():
   pass and module kind; HLO instructions counted; jaxpr equations attributed to the mjx_py
   function that emitted them, also through jax.numpy's jitted helpers (jnp.where); kernels
   counted and attributed to their functions."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(
-      'profile_compile', os.path.join(ROOT, 'examples', 'profile_compile.py'))
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  example = _example('profile_compile')
   assert example._XLA_LOG is False           # imported, not run: XLA's logging untouched
   log = '\n'.join([
       'I1127 08:10:19.3 14510 cpu_compiler.cc:1269] Running HLO passes on [jit_f] for CPU '
@@ -726,11 +724,7 @@ def test_profile_step_example():
   """examples/profile_step.py's accounting: HLO instructions resolved to their source lines
   through the optimized module's stack-frame tables, self times of nested trace events, and
   command-buffer kernels matched to their fusions by name."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(
-      'profile_step', os.path.join(ROOT, 'examples', 'profile_step.py'))
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  example = _example('profile_step')
 
   def f(x):
     return jnp.sin(x) * 2.0 + mjx_py.math.safe_norm(x)
@@ -767,11 +761,7 @@ def test_compare_compile_example(tmp_path):
   iteration it differentiates, for the gradient only (the gradient programs are not compiled
   here: CI time; the README's table is this script's output); a child that fails reported by
   its last line of error output instead of a figure."""
-  import importlib.util
-  spec = importlib.util.spec_from_file_location(
-      'compare_compile', os.path.join(ROOT, 'examples', 'compare_compile.py'))
-  example = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(example)
+  example = _example('compare_compile')
   path = tmp_path / 'small.xml'
   path.write_text(SMALL)
   res = example.child('mjx_py', 'step', str(path), 3, True)
