@@ -3,6 +3,7 @@
 Run: python examples/compare_speed.py MODEL [--batch 1 64 1024] [--nstep 200] [--mjx-nstep 20]
      [--repeat 3] [--smooth] [--no-mjx] [--option "<option noslip_iterations=\"0\"/>"]
      [--nconmax N] [--njmax N] [--fit-capacity [--also-default]] [--devices N]
+     [--mjx-python PYTHON]
 Needs the bench extra (mujoco, mujoco-mjx). All three run in one run on one machine (MJX in a
 child process, retried in a fresh one when a try hangs, given up after --mjx-timeout), so the
 ratios are comparable; each figure is
@@ -17,7 +18,8 @@ Data, as MJX's own loops do. Every engine starts each batch's worlds from the mo
 state and steps them with random controls (uniform in the control range where limited,
 standard normal elsewhere): MJX with mjx_py's own (the same seed, its first --mjx-nstep steps),
 MuJoCo C with draws of its own from the same distribution. ``--mjx-nstep`` equal to
-``--nstep`` times the three engines over the same stretch of motion.
+``--nstep`` times the three engines over the same stretch of motion. ``--mjx-python`` runs MJX
+in another Python interpreter, e.g. one with a newer jaxlib (see _OtherPython).
 ``mjx-py MODEL --compare`` runs this script for its batch size. The engine itself never imports
 mujoco: it is the tests' oracle and this script's reference.
 """
@@ -25,16 +27,22 @@ mujoco: it is the tests' oracle and this script's reference.
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import multiprocessing
 import os
 import queue as queue_module
 import re
+import subprocess
+import sys
+import threading
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+import mjx_py
 from mjx_py import testspeed
 from mjx_py.xla import lower_paused, set_cpu_flags
 
@@ -164,25 +172,127 @@ MJX_WARM_NSTEP = 20
 MJX_RUN_FACTOR = 5.0
 
 
+# --mjx-python: MJX's child in another Python interpreter (e.g. a Python 3.12 virtual
+# environment with jax 0.11.2, whose batched LAPACK kernels run a batch's pieces one after the
+# other instead of waiting on the intra-op pool, so MJX's humanoid at batch 1024 does not
+# deadlock). multiprocessing cannot start it (a spawned child takes the parent's sys.path, here
+# another Python's site-packages), so it is a subprocess running _CHILD_PROGRAM: it loads the
+# worker's source file as a module, reads the worker's arguments from stdin (JSON) and writes
+# each message the worker puts as a line on stdout (_CHILD_TAG, then JSON).
+_CHILD_TAG = 'mjx-child-message '
+_CHILD_PROGRAM = f"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location('mjx_child_worker', sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+class Messages:
+  def put(self, message):
+    print({_CHILD_TAG!r} + json.dumps(message), flush=True)
+getattr(module, sys.argv[2])(*json.load(sys.stdin), Messages())
+"""
+# the versions the other interpreter reports (mjx_python_versions), after one computation (XLA
+# reads $XLA_FLAGS when it starts, and ends a process whose flags it does not know)
+_VERSIONS_PROGRAM = ('import jax, jaxlib, mujoco\nfrom mujoco import mjx\n'
+                     'jax.numpy.zeros(1).block_until_ready()\n'
+                     'print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, '
+                     'mujoco {mujoco.__version__}")')
+
+
+def _child_env(flags: str) -> dict:
+  """The environment of a child in another interpreter: $XLA_FLAGS ``flags``, and this
+  checkout's mjx_py importable (its package's parent directory first on $PYTHONPATH)."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(mjx_py.__file__)))
+  path = os.environ.get('PYTHONPATH')
+  return dict(os.environ, XLA_FLAGS=flags,
+              PYTHONPATH=root + (os.pathsep + path if path else ''))
+
+
+def mjx_python_versions(python: str, flags: str = '') -> str:
+  """'jax X, jaxlib Y, mujoco Z' of the Python interpreter ``python`` (run with $XLA_FLAGS
+  ``flags``); raises RuntimeError, with the interpreter's last error line, when it cannot
+  import jax, mujoco and MJX or does not start."""
+  try:
+    res = subprocess.run([python, '-c', _VERSIONS_PROGRAM], capture_output=True, text=True,
+                         env=_child_env(flags), timeout=300)
+  except OSError as e:
+    raise RuntimeError(f'--mjx-python {python}: {e}') from None
+  if res.returncode:
+    last = (res.stderr.strip().splitlines() or ['no output'])[-1]
+    raise RuntimeError(f'--mjx-python {python} cannot run MJX (exit status {res.returncode}: '
+                       f'{last})')
+  return res.stdout.strip()
+
+
+class _OtherPython:
+  """A worker (a module-level function with _mjx_worker's arguments and messages) run by
+  _CHILD_PROGRAM in the Python interpreter ``python``, with $XLA_FLAGS ``flags``; its messages
+  arrive in ``queue`` as they do from a multiprocessing child. If it exits without its 'done'
+  message, a 'done' message with its exit status and last error line follows."""
+
+  def __init__(self, python: str, worker, args: tuple, flags: str):
+    source = os.path.abspath(worker.__code__.co_filename)
+    self.queue = queue_module.Queue()
+    self._errors = collections.deque(maxlen=5)
+    self.proc = subprocess.Popen([python, '-c', _CHILD_PROGRAM, source, worker.__name__],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, env=_child_env(flags))
+    threading.Thread(target=self._read_errors, daemon=True).start()
+    threading.Thread(target=self._read_messages, daemon=True).start()
+    self.proc.stdin.write(json.dumps(list(args)))
+    self.proc.stdin.close()
+
+  def _read_errors(self):
+    for line in self.proc.stderr:
+      if line.strip():
+        self._errors.append(line.strip())
+
+  def _read_messages(self):
+    for line in self.proc.stdout:
+      if line.startswith(_CHILD_TAG):
+        kind, value = json.loads(line[len(_CHILD_TAG):])
+        self.queue.put((kind, tuple(value) if isinstance(value, list) else value))
+        if kind == 'done':
+          return
+    status = self.proc.wait()
+    time.sleep(0.2)                  # the error reader's last lines
+    last = self._errors[-1] if self._errors else 'no error output'
+    self.queue.put(('done', f'n/a (its interpreter exited with status {status}: {last})'))
+
+  def kill(self):
+    self.proc.kill()
+
+  def join(self):
+    self.proc.wait()
+
+
 def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: float,
-                      eigen_threads: bool = False, worker=None):
+                      eigen_threads: bool = False, worker=None, python: str | None = None):
   """_time_mjx in a child process, retried in a fresh one when a try hangs after its compile
   (see MJX_TRIES), given up after ``timeout`` seconds in all (MJX's XLA compile on CPU can
   take many minutes, e.g. for a 20-link chain): ((compile s, steps/s), hung tries) or a
   message. ``worker`` (None: _mjx_worker) is the child's function, with _mjx_worker's
-  arguments and messages."""
+  arguments and messages; ``python`` (None: this interpreter, a multiprocessing child) another
+  Python interpreter to run it in (--mjx-python, _OtherPython)."""
   ctx = multiprocessing.get_context('spawn')
   flags = os.environ.get('XLA_FLAGS', '')
   start = time.perf_counter()
   hung = 0
   for _ in range(MJX_TRIES):
-    queue = ctx.Queue()
-    proc = ctx.Process(target=worker or _mjx_worker, args=(xml, batch, nstep, repeat, queue))
-    os.environ['XLA_FLAGS'] = _mjx_flags(flags, batch, eigen_threads)
-    try:
-      proc.start()                   # the child reads $XLA_FLAGS as it is now
-    finally:
-      os.environ['XLA_FLAGS'] = flags
+    if python is not None:
+      try:
+        proc = _OtherPython(python, worker or _mjx_worker, (xml, batch, nstep, repeat),
+                            _mjx_flags(flags, batch, eigen_threads))
+      except OSError as e:
+        return f'n/a (--mjx-python {python}: {e})'
+      queue = proc.queue
+    else:
+      queue = ctx.Queue()
+      proc = ctx.Process(target=worker or _mjx_worker, args=(xml, batch, nstep, repeat, queue))
+      os.environ['XLA_FLAGS'] = _mjx_flags(flags, batch, eigen_threads)
+      try:
+        proc.start()                 # the child reads $XLA_FLAGS as it is now
+      finally:
+        os.environ['XLA_FLAGS'] = flags
     try:
       limit = None                   # the compile: until the whole timeout
       while True:
@@ -220,6 +330,12 @@ def main():
                       help="run MJX with XLA:CPU's Eigen thread pool (by default its child "
                            'process runs with --xla_cpu_multi_thread_eigen=false, since with the '
                            "pool MJX's batched Cholesky can deadlock on a 2-core CPU)")
+  parser.add_argument('--mjx-python', default=None, metavar='PYTHON',
+                      help='run MJX in this Python interpreter (it needs jax, mujoco and '
+                           "mujoco-mjx; this checkout's mjx_py is put on its path): e.g. a "
+                           "virtual environment with jax 0.11.2, whose batched LAPACK Cholesky "
+                           "does not deadlock MJX's humanoid as jaxlib 0.10.2's does on a 2-core "
+                           'CPU. The table names both JAX versions')
   parser.add_argument('--mjx-timeout', type=float, default=600,
                       help='seconds before an MJX measurement (compile + two runs) is given up')
   parser.add_argument('--smooth', action='store_true', help='disable the constraint solver')
@@ -268,6 +384,16 @@ def main():
         repeat=args.repeat, **capacities)
 
   ncpu = os.cpu_count() or 1
+  if not args.no_mjx and args.mjx_python:
+    try:
+      # with the child's flags at batch 1, which keep the most of this process's
+      theirs = mjx_python_versions(args.mjx_python, _mjx_flags(
+          os.environ.get('XLA_FLAGS', ''), 1, args.mjx_eigen_threads))
+    except RuntimeError as e:
+      parser.error(str(e))
+    import mujoco
+    print(f'MJX runs in {args.mjx_python} ({theirs}); mjx_py and MuJoCo C in {sys.executable} '
+          f'(jax {jax.__version__}, mujoco {mujoco.__version__})')
   if not args.no_mjx and args.mjx_nstep != args.nstep:
     print(f'MJX times the first {args.mjx_nstep} of the {args.nstep} steps timed for mjx_py and '
           'MuJoCo C (--mjx-nstep; MJX\'s speed depends on the stretch of motion: give '
@@ -291,7 +417,7 @@ def main():
       print(f"{'':>12} {'':>11} {share}", flush=True)
     else:
       res = _time_mjx_limited(xml, batch, args.mjx_nstep, args.repeat, args.mjx_timeout,
-                              args.mjx_eigen_threads)
+                              args.mjx_eigen_threads, python=args.mjx_python)
       if isinstance(res, str):
         print(f'MJX: {res} {share}', flush=True)
       else:

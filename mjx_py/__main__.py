@@ -52,6 +52,11 @@ def main(argv=None) -> int:
                            'for mjx_py, with the same controls (MJX is slow on CPU)')
   parser.add_argument('--mjx-timeout', type=float, default=600,
                       help='seconds before the MJX measurement is given up')
+  parser.add_argument('--mjx-python', default=None, metavar='PYTHON',
+                      help='with --compare: run MJX in this Python interpreter (e.g. a virtual '
+                           'environment with jax 0.11.2, where MJX\'s humanoid does not '
+                           'deadlock in jaxlib 0.10.2\'s batched LAPACK Cholesky; see '
+                           'examples/compare_speed.py)')
   parser.add_argument('--no-mjx', action='store_true', help='with --compare: MuJoCo C only')
   parser.add_argument('--no-progress', action='store_true', help='no progress bar')
   parser.add_argument('--cache', action='store_true',
@@ -249,9 +254,9 @@ def _compare(args) -> int:
   cmd = [sys.executable, COMPARE_SCRIPT, args.model, '--batch', str(args.batch), '--nstep',
          str(args.nstep), '--mjx-nstep', str(args.mjx_nstep), '--mjx-timeout',
          str(args.mjx_timeout)]
-  for k in ('nconmax', 'njmax'):
+  for k in ('nconmax', 'njmax', 'mjx_python'):
     if getattr(args, k) is not None:
-      cmd += [f'--{k}', str(getattr(args, k))]
+      cmd += [f'--{k.replace("_", "-")}', str(getattr(args, k))]
   cmd += (['--no-mjx'] * args.no_mjx + ['--smooth'] * args.smooth
           + ['--full-opt'] * args.full_opt)
   print('side by side (examples/compare_speed.py, the fastest of 3 runs each) ...', flush=True)

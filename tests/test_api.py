@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -622,6 +623,30 @@ def test_compare_speed_retries_a_hung_mjx_child(tmp_path, monkeypatch):
            '--xla_force_host_platform_device_count=2')
   assert example._mjx_flags(flags, 1024, False) == '--xla_cpu_multi_thread_eigen=false'
   assert example._mjx_flags(flags, 1, True) == flags.split()[0]
+
+
+def test_compare_speed_runs_mjx_in_another_interpreter(tmp_path, monkeypatch):
+  """examples/compare_speed.py's --mjx-python: the MJX child as a subprocess of the given
+  interpreter (here this one), its messages read from its output; a hung try is retried as
+  with a multiprocessing child; a child that exits early or an interpreter that does not start
+  gives a message instead of figures."""
+  example = _example('compare_speed')
+  import mjx_stub
+  monkeypatch.setattr(example, 'MJX_WARM_TIMEOUT', 2.0)
+  monkeypatch.setattr(example, 'MJX_TRIES', 2)
+  counter = tmp_path / 'tries'
+  counter.write_text('0 1')
+  res = example._time_mjx_limited(str(counter), 4, 1, 1, timeout=120, worker=mjx_stub.worker,
+                                  python=sys.executable)
+  assert res == ((0.5, 4000.0), 1) and counter.read_text() == '2 1'
+  res = example._time_mjx_limited(str(tmp_path / 'missing'), 4, 1, 1, timeout=120,
+                                  worker=mjx_stub.worker, python=sys.executable)
+  assert res.startswith('n/a (its interpreter exited with status 1: FileNotFoundError')
+  res = example._time_mjx_limited(str(counter), 4, 1, 1, timeout=120, worker=mjx_stub.worker,
+                                  python=str(tmp_path / 'no-python'))
+  assert res.startswith('n/a (--mjx-python ') and 'No such file' in res
+  with pytest.raises(RuntimeError, match='cannot run MJX'):
+    example.mjx_python_versions(sys.executable, flags='--xla_no_such_flag=1')
 
 
 def test_compare_speed_steps_mjx_with_our_controls():
