@@ -237,7 +237,8 @@ class _OtherPython:
     self.proc = subprocess.Popen([python, '-c', _CHILD_PROGRAM, source, worker.__name__],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=_child_env(flags))
-    threading.Thread(target=self._read_errors, daemon=True).start()
+    self._stderr = threading.Thread(target=self._read_errors, daemon=True)
+    self._stderr.start()
     threading.Thread(target=self._read_messages, daemon=True).start()
     self.proc.stdin.write(json.dumps(list(args)))
     self.proc.stdin.close()
@@ -255,7 +256,7 @@ class _OtherPython:
         if kind == 'done':
           return
     status = self.proc.wait()
-    time.sleep(0.2)                  # the error reader's last lines
+    self._stderr.join(timeout=30)    # its last lines (it ends at the end of the output)
     last = self._errors[-1] if self._errors else 'no error output'
     self.queue.put(('done', f'n/a (its interpreter exited with status {status}: {last})'))
 
