@@ -233,7 +233,7 @@ class _OtherPython:
   def __init__(self, python: str, worker, args: tuple, flags: str):
     source = os.path.abspath(worker.__code__.co_filename)
     self.queue = queue_module.Queue()
-    self._errors = collections.deque(maxlen=5)
+    self._errors = collections.deque(maxlen=1)      # its last error line
     self.proc = subprocess.Popen([python, '-c', _CHILD_PROGRAM, source, worker.__name__],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True, env=_child_env(flags))
@@ -277,20 +277,21 @@ def _time_mjx_limited(xml: str, batch: int, nstep: int, repeat: int, timeout: fl
   Python interpreter to run it in (--mjx-python, _OtherPython)."""
   ctx = multiprocessing.get_context('spawn')
   flags = os.environ.get('XLA_FLAGS', '')
+  child_flags = _mjx_flags(flags, batch, eigen_threads)
+  worker = worker or _mjx_worker
   start = time.perf_counter()
   hung = 0
   for _ in range(MJX_TRIES):
     if python is not None:
       try:
-        proc = _OtherPython(python, worker or _mjx_worker, (xml, batch, nstep, repeat),
-                            _mjx_flags(flags, batch, eigen_threads))
+        proc = _OtherPython(python, worker, (xml, batch, nstep, repeat), child_flags)
       except OSError as e:
         return f'n/a (--mjx-python {python}: {e})'
       queue = proc.queue
     else:
       queue = ctx.Queue()
-      proc = ctx.Process(target=worker or _mjx_worker, args=(xml, batch, nstep, repeat, queue))
-      os.environ['XLA_FLAGS'] = _mjx_flags(flags, batch, eigen_threads)
+      proc = ctx.Process(target=worker, args=(xml, batch, nstep, repeat, queue))
+      os.environ['XLA_FLAGS'] = child_flags
       try:
         proc.start()                 # the child reads $XLA_FLAGS as it is now
       finally:
