@@ -391,13 +391,18 @@ def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin):
   s2 = jnp.stack([jnp.clip((v - mb) * imc, -1, 1), jnp.clip((v + mb) * imc, -1, 1), one, -one])
   p1 = pos1 + jnp.concatenate([x1[None], s1])[:, None] * a1     # (5, 3): general + 4
   p2 = pos2 + jnp.concatenate([x2[None], s2])[:, None] * a2
-  dist, pos, normal, ok = jax.vmap(_sphere_sphere, (0, None, None, 0, None, None, None))(
-      p1, mat1[:, 2], size1[0], p2, mat2[:, 2], size2[0], margin)
+  # which candidates touch (_sphere_sphere's test: centre distance within the radii and the
+  # margin), then the sphere test's contact for the two kept ones only: the general point and
+  # (unused) the first parallel one, or the first two parallel hits
+  min_dist = margin + size1[0] + size2[0]
+  ok = jax.vmap(lambda a, b: jnp.dot(b - a, b - a))(p1, p2) <= min_dist * min_dist
   pidx, pvalid = _first(ok[1:], 2)
   pidx = pidx + 1
   sel = jnp.where(general, jnp.array([0, 1]), pidx)
   valid = jnp.where(general, jnp.stack([ok[0], False]), pvalid)
-  return _contacts(dist[sel], pos[sel], normal[sel], valid)
+  dist, pos, normal, _ = jax.vmap(_sphere_sphere, (0, None, None, 0, None, None, None))(
+      p1[sel], mat1[:, 2], size1[0], p2[sel], mat2[:, 2], size2[0], margin)
+  return _contacts(dist, pos, normal, valid)
 
 
 # ---------------------------------------------------------------------------------------------
