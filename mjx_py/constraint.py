@@ -886,9 +886,63 @@ def rows_product(J, v, nefc, k, transpose=False, full=None):
   return product(J, v, nefc)
 
 
+def contact_bucket(m) -> int | None:
+  """The contact slots make_constraint works on while no world of the batch has more contacts
+  (static): a quarter of nconmax rounded up to a multiple of 4, at least 8, when that is at most
+  half of nconmax; None (every slot, always) otherwise. See make_constraint."""
+  quarter = -(-m.nconmax // 4)
+  k = max(8, -(-quarter // 4) * 4)
+  return k if 2 * k <= m.nconmax and m.ncandidate else None
+
+
 def make_constraint(m, d):
   """Constraint rows, impedance and reference acceleration (mj_makeConstraint and
-  mj_referenceConstraint); see the module docstring for what is read and written."""
+  mj_referenceConstraint); see the module docstring for what is read and written.
+
+  A contact slot past ncon produces no row, so while no world of the batch uses more than
+  contact_bucket(m) = k slots (a lax.cond on batch_any(ncon > k), unbatched under vmap, as the
+  solver's row buckets), the rows are built from the first k slots only (the Model's nconmax
+  cut to k, d.contact to its first k rows) and the contact fields written back to those
+  slots; the rows are the same. Each per-contact array of the stage (Jacobians, frames,
+  impedance, regularizers, the rows' tables and compaction) is then k / nconmax of its size:
+  the ant's default buffer has 38 slots (k = 12) and uses 4 to 8."""
+  k = contact_bucket(m)
+  if k is None:
+    return _make_constraint(m, d)
+  mk = dataclasses.replace(m, nconmax=k)
+  unused = dataclasses.replace(d.contact, efc_address=jnp.full_like(d.contact.efc_address, -1))
+  names = {}
+
+  def written(d, out):
+    # the Data fields (and contact fields) the stage wrote: those not passed through unchanged;
+    # only they leave the cond (a passed-through field would be copied out of it). The first
+    # branch traced sets the list; the other writes the same fields (the same code).
+    new = (tuple(f.name for f in dataclasses.fields(d) if f.name != 'contact'
+                 and getattr(out, f.name) is not getattr(d, f.name)),
+           tuple(f.name for f in dataclasses.fields(d.contact)
+                 if getattr(out.contact, f.name) is not getattr(d.contact, f.name)))
+    if 'data' not in names:
+      names['data'], names['contact'] = new
+    elif not (set(new[0]) <= set(names['data']) and set(new[1]) <= set(names['contact'])):
+      raise AssertionError('make_constraint: the contact bucket wrote other fields')
+    return ({f: getattr(out, f) for f in names['data']},
+            {f: getattr(out.contact, f) for f in names['contact']})
+
+  def every(d):
+    return written(d, _make_constraint(m, d))
+
+  def first(d):
+    dk = dataclasses.replace(d, contact=jax.tree_util.tree_map(lambda x: x[:k], d.contact))
+    fields, con = written(dk, _make_constraint(mk, dk))
+    # the slots past k: as the full stage leaves an unused slot (efc_address -1, the rest kept)
+    return fields, {f: getattr(unused, f).at[:k].set(x) for f, x in con.items()}
+
+  fields, con = lax.cond(batch_any(d.ncon > k), every, first, d)
+  return dataclasses.replace(d, contact=dataclasses.replace(d.contact, **con), **fields)
+
+
+def _make_constraint(m, d):
+  """make_constraint over every contact slot of m.nconmax (d.contact's rows)."""
   flags = m.opt.disableflags
   cap = m.nefc_max
   zero = jnp.zeros((), jnp.int32)

@@ -233,6 +233,12 @@ CASES = [
 ]
 
 
+# the cases whose states have more contacts than the stage's contact bucket (every other case's
+# states fit it)
+CONTACT_CASES = ('contacts_pyramidal', 'contacts_elliptic_sparse_norefsafe',
+                 'scene_pyramidal_condim46', 'scene_elliptic')
+
+
 # the cases whose batch of states fits the largest row bucket (reference_constraint's J qvel
 # then runs over the bucket's rows)
 BUCKET_FITS = ('equality', 'joints_sparse_norefsafe', 'tendons', 'rows')
@@ -244,6 +250,10 @@ def test_rows_match_mujoco(label, path, option, scale):
   mds, batch = _states(m, mj, NSTATE, scale, seed=11)
   bucket = constraint.row_bucket(constraint.model_row_buckets(m), m.nefc_max)
   assert (bucket < m.nefc_max and max(md.nefc for md in mds) <= bucket) == (label in BUCKET_FITS)
+  # the stage's contact bucket: the states with few contacts take it, the contact models' (8 to
+  # 23 contacts) the stage over every slot (see test_contact_bucket_equals_every_slot)
+  k = constraint.contact_bucket(m)
+  assert (max(md.ncon for md in mds) <= k) == (label not in CONTACT_CASES), (label, k)
   t0 = time.perf_counter()
   out = _host(_batch_rows(m, batch))
   t1 = time.perf_counter()
@@ -260,6 +270,34 @@ def test_rows_match_mujoco(label, path, option, scale):
         f'{m.nefc_max}, compile + run {t1 - t0:.2f} s, run {(t2 - t1) * 1e3:.2f} ms')
   if option == FLAGS:
     assert m.nefc_max == 14 and all(md.nefc == md.nf for md in mds)
+
+
+_batch_every_slot = jax.jit(jax.vmap(constraint._make_constraint, in_axes=(None, 0)))
+
+
+@pytest.mark.parametrize('label,xml', [
+    ('scene_pyramidal_condim46', lambda: with_option(_scene_condims(), DENSE)),
+    ('contacts_elliptic_sparse', lambda: with_option(read(CONTACTS), SPARSE))])
+def test_contact_bucket_equals_every_slot(label, xml):
+  """make_constraint works on the first contact_bucket(m) = k contact slots while no world of
+  the batch has more contacts (a lax.cond on batch_any(ncon > k)). With a contact buffer four
+  times the default (k >= 23; these states have 8 to 23 contacts a world, more than the default
+  buffer's bucket) every world fits, and the rows and contact fields equal the stage over
+  every slot (constraint._make_constraint) bit for bit, and MuJoCo's. At the default buffer
+  these states take the stage over every slot (test_rows_match_mujoco)."""
+  xml = xml()
+  mj = mujoco.MjModel.from_xml_string(xml)
+  default = mjx_py.from_xml_string(xml)
+  m = mjx_py.from_xml_string(xml, nconmax=4 * default.nconmax)
+  mds, batch = _states(m, mj, NSTATE, 0.02, seed=11)
+  k = constraint.contact_bucket(m)
+  assert constraint.contact_bucket(default) < max(md.ncon for md in mds) <= k < m.nconmax, k
+  ours, every = _host(_batch_rows(m, batch)), _host(_batch_every_slot(m, batch))
+  for path, a, b in zip(jax.tree_util.tree_leaves_with_path(ours), jax.tree_util.tree_leaves(ours),
+                        jax.tree_util.tree_leaves(every)):
+    np.testing.assert_array_equal(a, b, err_msg=f'{label}: {jax.tree_util.keystr(path[0])}')
+  for i, md in enumerate(mds):
+    _compare(_world(ours, i), mj, md, f'{label} state {i}')
 
 
 def _with_power(m, mj, power):
