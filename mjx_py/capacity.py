@@ -5,8 +5,10 @@ constraint-row capacity (``njmax``) with a margin, for ``put_model`` / ``from_xm
 
 Why: every stage after the narrowphase (contact ordering and parameter mixing, the constraint
 rows, the solver's buffers, contact sensors, the Data carried between steps) is sized by the
-static capacities, not by the contacts in use. The defaults never overflow: ``nconmax`` is a
-per-geom-type budget sized for piles of objects (54 slots for the bundled humanoid) and
+static capacities, not by the contacts in use (the constraint rows' contact work excepted
+while every world's contacts fit a quarter of the slots: mjx_py.constraint.contact_bucket).
+The defaults never overflow: ``nconmax`` is a per-geom-type budget sized for piles of objects
+(54 slots for the bundled humanoid) and
 ``nefc_max`` every row those slots and the model's limits, equalities and friction losses can
 produce (262). The humanoid under random controls uses about a fifth of that, and its
 capacities fitted here (17 contacts, 53 rows) ran 20-step rollouts at batch 1024 in 0.727 of
