@@ -910,7 +910,6 @@ def make_constraint(m, d):
   if k is None:
     return _make_constraint(m, d)
   mk = dataclasses.replace(m, nconmax=k)
-  unused = dataclasses.replace(d.contact, efc_address=jnp.full_like(d.contact.efc_address, -1))
   names = {}
 
   def written(d, out):
@@ -935,6 +934,7 @@ def make_constraint(m, d):
     dk = dataclasses.replace(d, contact=jax.tree_util.tree_map(lambda x: x[:k], d.contact))
     fields, con = written(dk, _make_constraint(mk, dk))
     # the slots past k: as the full stage leaves an unused slot (efc_address -1, the rest kept)
+    unused = dataclasses.replace(d.contact, efc_address=jnp.full_like(d.contact.efc_address, -1))
     return fields, {f: getattr(unused, f).at[:k].set(x) for f, x in con.items()}
 
   fields, con = lax.cond(batch_any(d.ncon > k), every, first, d)

@@ -174,14 +174,19 @@ def _sphere_sphere(pos1, z1, r1, pos2, z2, r2, margin):
   product of the two geoms' z axes (z1, z2), and the x axis when those are parallel.
   """
   dif = pos2 - pos1
-  cdist_sqr = jnp.dot(dif, dif)
-  min_dist = margin + r1 + r2
   cdist = safe_norm(dif)
   dist = cdist - r1 - r2
   degenerate, _ = _normalize(jnp.cross(z1, z2))
   normal, _ = _normalize(dif, degenerate)
   pos = pos1 + normal * (r1 + dist / 2)
-  return dist, pos, normal, cdist_sqr <= min_dist * min_dist
+  return dist, pos, normal, _spheres_touch(dif, r1, r2, margin)
+
+
+def _spheres_touch(dif, r1, r2, margin):
+  """Whether two spheres whose centres are ``dif`` apart are within ``margin`` of touching (the
+  squared centre distance against the squared sum)."""
+  min_dist = margin + r1 + r2
+  return jnp.dot(dif, dif) <= min_dist * min_dist
 
 
 def _sphere_box(spos, radius, bpos, bmat, bsize, margin):
@@ -394,8 +399,7 @@ def capsule_capsule(pos1, mat1, size1, pos2, mat2, size2, margin):
   # which candidates touch (_sphere_sphere's test: centre distance within the radii and the
   # margin), then the sphere test's contact for the two kept ones only: the general point and
   # (unused) the first parallel one, or the first two parallel hits
-  min_dist = margin + size1[0] + size2[0]
-  ok = jax.vmap(lambda a, b: jnp.dot(b - a, b - a))(p1, p2) <= min_dist * min_dist
+  ok = jax.vmap(_spheres_touch, (0, None, None, None))(p2 - p1, size1[0], size2[0], margin)
   pidx, pvalid = _first(ok[1:], 2)
   pidx = pidx + 1
   sel = jnp.where(general, jnp.array([0, 1]), pidx)
