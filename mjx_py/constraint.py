@@ -1003,8 +1003,11 @@ def _write(m, d, rows, cap, contact, counts):
                                **fields)
   groups, active, con_start = rows
   n = active.shape[0]
-  # the active rows' indices in order, then n (the fill row) for the unused buffer rows
-  sel = math.nonzero_first(active, cap, n)
+  # the active rows' indices in order, then n (the fill row) for the unused buffer rows. At
+  # most n rows can be active: a buffer larger than the candidate rows (the contact bucket's
+  # first k slots in a buffer sized for nconmax) gathers its first n rows and pads the rest
+  size = min(cap, n)
+  sel = math.nonzero_first(active, size, n)
   # each row's table entry: the non-contact rows' own; a contact row's, its row or (pyramidal
   # tables, one entry per contact) its contact's; the fill entry (zeros, EFC_UNUSED) last
   entries = sum(g.table.shape[0] for g in groups)
@@ -1034,6 +1037,11 @@ def _write(m, d, rows, cap, contact, counts):
             'efc_KBIP': table[:, :4]}
   for k, name in enumerate(TABLE_COLUMNS[4:NFLOAT]):
     fields[name] = table[:, 4 + k]
+  if size < cap:
+    # the buffer rows no candidate can reach: the fill row's values (0, EFC_UNUSED ids)
+    fields = {name: jnp.pad(x, [(0, cap - size)] + [(0, 0)] * (x.ndim - 1),
+                            constant_values=EFC_UNUSED if name in ('efc_type', 'efc_id') else 0)
+              for name, x in fields.items()}
   nefc = jnp.sum(active, dtype=jnp.int32)
   return dataclasses.replace(d, contact=contact, nefc=nefc, **counts, **fields)
 
