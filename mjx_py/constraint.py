@@ -1039,8 +1039,10 @@ def _write(m, d, rows, cap, contact, counts):
     fields[name] = table[:, 4 + k]
   if size < cap:
     # the buffer rows no candidate can reach: the fill row's values (0, EFC_UNUSED ids)
-    fields = {name: jnp.pad(x, [(0, cap - size)] + [(0, 0)] * (x.ndim - 1),
-                            constant_values=EFC_UNUSED if name in ('efc_type', 'efc_id') else 0)
+    # (a buffer of fill values updated in place: a pad fused with the gather ran 1.6 times the
+    # full-size gather's time on XLA:CPU)
+    fields = {name: jnp.full((cap,) + x.shape[1:], EFC_UNUSED if name in ('efc_type', 'efc_id')
+                             else 0, x.dtype).at[:size].set(x)
               for name, x in fields.items()}
   nefc = jnp.sum(active, dtype=jnp.int32)
   return dataclasses.replace(d, contact=contact, nefc=nefc, **counts, **fields)
