@@ -93,6 +93,7 @@ edited after put_model have no effect. Rebuild the Model with put_model after su
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import jax
@@ -905,10 +906,21 @@ def make_constraint(m, d):
   cut to k, d.contact to its first k rows) and the contact fields written back to those
   slots; the rows are the same. Each per-contact array of the stage (Jacobians, frames,
   impedance, regularizers, the rows' tables and compaction) is then k / nconmax of its size:
-  the ant's default buffer has 38 slots (k = 12) and uses 4 to 8."""
-  k = contact_bucket(m)
-  if k is None:
+  the ant's default buffer has 38 slots (k = 12) and uses 4 to 8.
+
+  Differentiated (forward or reverse mode), the stage is the one over every slot, value and
+  derivative (a custom JVP, _bucketed): the two give the same rows, and a gradient's program
+  then holds one copy of the stage's derivative and no conditional to transpose, where a
+  differentiated cond keeps both branches forward and backward."""
+  if contact_bucket(m) is None:
     return _make_constraint(m, d)
+  return _bucketed(m, d)
+
+
+@jax.custom_jvp
+def _bucketed(m, d):
+  """make_constraint with the contact bucket (contact_bucket(m) is not None)."""
+  k = contact_bucket(m)
   mk = dataclasses.replace(m, nconmax=k)
   names = {}
 
@@ -939,6 +951,26 @@ def make_constraint(m, d):
 
   fields, con = lax.cond(batch_any(d.ncon > k), every, first, d)
   return dataclasses.replace(d, contact=dataclasses.replace(d.contact, **con), **fields)
+
+
+@functools.partial(_bucketed.defjvp, symbolic_zeros=True)
+def _bucketed_jvp(primals, tangents):
+  # the stage over every slot, differentiated in the inputs that carry a derivative (the
+  # others, symbolic zeros, are closed over: no zero tangents are multiplied through)
+  leaves, tree = jax.tree_util.tree_flatten(primals)
+  tleaves = jax.tree_util.tree_leaves(tangents)
+  live = [i for i, t in enumerate(tleaves) if not math.is_symbolic_zero(t)]
+
+  def stage(*xs):
+    args = list(leaves)
+    for i, x in zip(live, xs):
+      args[i] = x
+    return _make_constraint(*jax.tree_util.tree_unflatten(tree, args))
+
+  if live:
+    return jax.jvp(stage, [leaves[i] for i in live], [tleaves[i] for i in live])
+  out = stage()
+  return out, jax.tree_util.tree_map(math.zero_tangent, out)
 
 
 def _make_constraint(m, d):

@@ -258,17 +258,24 @@ def _bilinear_in_loop_jvp(form, primals, tangents):
   # custom function's own value has (without it, the rule's value under vmap of a scan's
   # linearization came out with its batch axis elsewhere and broke a later broadcast)
   value = jnp.stack([value[..., r] for r in range(value.shape[-1])], axis=-1)
-  parts = [_outer(da, b) if not _is_zero(da) else None,
-           _outer(a, db) if not _is_zero(db) else None]
+  parts = [_outer(da, b) if not is_symbolic_zero(da) else None,
+           _outer(a, db) if not is_symbolic_zero(db) else None]
   parts = [x for x in parts if x is not None]
   if not parts:
     return value, jnp.zeros_like(value)
   return value, _contract(sum(parts[1:], parts[0]), table)
 
 
-def _is_zero(t) -> bool:
+def is_symbolic_zero(t) -> bool:
   """Whether a custom JVP rule's tangent is a symbolic zero (no derivative flows in)."""
   return isinstance(t, jax.custom_derivatives.SymbolicZero)
+
+
+def zero_tangent(x):
+  """The zero tangent of an array x: zeros of its dtype, float0 ones for integer or bool x."""
+  if jnp.issubdtype(x.dtype, jnp.inexact):
+    return jnp.zeros_like(x)
+  return np.zeros(x.shape, jax.dtypes.float0)
 
 
 def quat_mul(a, b, in_loop: bool = False):
@@ -342,9 +349,9 @@ def _rot_vec_quat_jvp(primals, tangents):
   mat = quat_to_mat(q)
   value = matvec_small(mat, v)
   out = None
-  if not _is_zero(dv):
+  if not is_symbolic_zero(dv):
     out = matvec_small(mat, dv)
-  if not _is_zero(dq):
+  if not is_symbolic_zero(dq):
     dmat = _contract(_outer(dq, q) + _outer(q, dq), _QUAT_MAT).reshape(dq.shape[:-1] + (3, 3))
     term = matvec_small(dmat, v)
     out = term if out is None else out + term

@@ -22,6 +22,7 @@ that the rows are compared on identical inputs, and only the stage is compiled p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 
@@ -298,6 +299,56 @@ def test_contact_bucket_equals_every_slot(label, xml):
     np.testing.assert_array_equal(a, b, err_msg=f'{label}: {jax.tree_util.keystr(path[0])}')
   for i, md in enumerate(mds):
     _compare(_world(ours, i), mj, md, f'{label} state {i}')
+
+
+def _count_conds(jaxpr) -> int:
+  """The lax.cond equations of a jaxpr, its sub-jaxprs' (loops, conds, custom rules) included."""
+  from jax.extend import core as jcore
+  n = 0
+  for eqn in jaxpr.eqns:
+    n += eqn.primitive.name == 'cond'
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (tuple, list)) else (value,):
+        if isinstance(sub, (jcore.ClosedJaxpr, jcore.Jaxpr)):
+          n += _count_conds(getattr(sub, 'jaxpr', sub))
+  return n
+
+
+def test_contact_bucket_differentiated_over_every_slot():
+  """Differentiated, make_constraint is the stage over every slot (a custom JVP): its reverse
+  derivative's program holds no copy of the contact bucket's lax.cond (as many conds as the
+  stage over every slot's), and equals that stage's derivative bit for bit, its value the
+  bucket's. The states (the buffer four times the default, as above) take the bucket."""
+  xml = with_option(read(CONTACTS), DENSE)
+  mj = mujoco.MjModel.from_xml_string(xml)
+  m = mjx_py.from_xml_string(xml, nconmax=4 * mjx_py.from_xml_string(xml).nconmax)
+  _, batch = _states(m, mj, 1, 0.02, seed=11)
+  d = jax.tree_util.tree_map(jnp.asarray, _world(batch, 0))
+  assert 0 < int(d.ncon) <= constraint.contact_bucket(m)
+
+  def rows(stage, mass, qvel):
+    # efc_J, efc_aref and efc_R as functions of the bodies' masses (efc_R) and qvel (aref)
+    out = stage(dataclasses.replace(m, body_mass=mass), dataclasses.replace(d, qvel=qvel))
+    return out.efc_J, out.efc_aref, out.efc_R
+
+  args = (m.body_mass, d.qvel + 0.1)
+  results = {}
+  for name, stage in (('bucket', constraint.make_constraint),
+                      ('every', constraint._make_constraint)):
+    fn = functools.partial(rows, stage)
+
+    def value_and_vjp(*a, fn=fn):
+      value, back = jax.vjp(fn, *a)
+      return value, back(jax.tree_util.tree_map(jnp.ones_like, value))
+    conds = _count_conds(jax.make_jaxpr(value_and_vjp)(*args).jaxpr)
+    results[name] = (_host(jax.jit(value_and_vjp)(*args)), conds)
+  assert results['bucket'][1] == results['every'][1]
+  for a, b in zip(jax.tree_util.tree_leaves(results['bucket'][0]),
+                  jax.tree_util.tree_leaves(results['every'][0])):
+    np.testing.assert_array_equal(a, b)
+  primal = _host(jax.jit(functools.partial(rows, constraint.make_constraint))(*args))
+  for a, b in zip(primal, results['bucket'][0][0]):
+    np.testing.assert_array_equal(a, b)
 
 
 def _with_power(m, mj, power):
