@@ -133,7 +133,13 @@ def euler(m, d):
       qh = d.qM + jnp.diag(m.opt.timestep * m.dof_damping)
       return linalg.solve_spd(qh, d.qfrc_smooth + d.qfrc_constraint)
 
-    qacc = jax.lax.cond(jnp.any(m.dof_damping > 0), damped, lambda _: d.qacc, None)
+    damping = math.concrete(m.dof_damping)
+    if damping is None:
+      # a traced Model (a jit argument, batched or differentiated): known at run time
+      qacc = jax.lax.cond(jnp.any(m.dof_damping > 0), damped, lambda _: d.qacc, None)
+    elif np.any(damping > 0):
+      # a concrete Model: the branch is known, and the program holds no conditional
+      qacc = damped(None)
   return _advance(m, d, d.act_dot, qacc)
 
 

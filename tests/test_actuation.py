@@ -383,7 +383,9 @@ def test_integrator_matches_mujoco(path, integrator):
 
 def test_euler_damping_switches():
   """Implicit joint damping: used with any dof_damping > 0, also when passive forces are
-  disabled; not with eulerdamp disabled or without damping."""
+  disabled; not with eulerdamp disabled or without damping. Both with the Model a jit
+  argument (the damping's presence a run-time lax.cond) and closed over (known at trace time,
+  no conditional)."""
   base = read(os.path.join(ROOT, 'models/humanoid.xml'))
   variants = [with_option(base, '<option><flag passive="disable"/></option>'),
               with_option(base, '<option><flag eulerdamp="disable"/></option>'),
@@ -396,9 +398,11 @@ def test_euler_damping_switches():
     mujoco.mj_forward(mj, md)
     with jax.enable_x64(True):
       d, _ = STEP_FNS[EULER](m, inject(m, mj, md))
+      closed = jax.jit(lambda d, m=m: integrate.euler(m, d))(inject(m, mj, md))
     mujoco.mj_Euler(mj, md)
     for name in ('qpos', 'qvel', 'time'):
       assert_close(getattr(d, name), getattr(md, name), 1e-10, name)
+      assert_close(getattr(closed, name), getattr(md, name), 1e-10, f'{name} (closed over)')
 
 
 @pytest.mark.parametrize('name', ['models/humanoid.xml', 'tests/models/joints_all.xml'])
