@@ -41,6 +41,7 @@ stop_gradient, so the reset carries no derivative with respect to the Model.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -49,6 +50,7 @@ from jax.custom_batching import custom_vmap
 
 from .batching import broadcast_unbatched
 from .data import make_data
+from .math import is_symbolic_zero, split_traced, zero_tangent
 
 MAXVAL = 1e10                                        # mjMAXVAL
 WARN_BADQPOS, WARN_BADQVEL, WARN_BADQACC = 4, 5, 6   # mjtWarning
@@ -150,15 +152,42 @@ def _pick_jvp(primals, tangents):
 
 def _reset_where(m, d, bad, warning, fields=None):
   """d with the fields ``fields`` (None: all) at the reset state where ``bad``, under a
-  lax.cond that skips the reset when no world of the batch is bad."""
-  names = _names(d, fields)
+  lax.cond that skips the reset when no world of the batch is bad (_reset_cond)."""
+  names = tuple(_names(d, fields))
+  old = {n: getattr(d, n) for n in names}
+  traced, model = split_traced(m)
+  return dataclasses.replace(d, **_reset_cond(names, model, traced, d, old, bad, warning))
 
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _reset_cond(names, model, traced, d, old, bad, warning):
+  """The fields ``names`` of d (``old``, {name: value}) at the reset state of the Model
+  model(traced) (math.split_traced) where ``bad``: a lax.cond on batch_any(bad) whose reset
+  branch selects (_pick) the reset state. Only these fields pass through the cond.
+
+  Differentiated, the reset state carries no derivative (see the module docstring), so the
+  tangent is old's where the world is not bad and zero where it is: one select (the rule
+  below), where a differentiated cond would keep both branches in the gradient's forward and
+  backward passes."""
   def reset(d):
-    fresh = reset_state(m, d, warning, names)
-    picked = _pick(bad, {n: getattr(fresh, n) for n in names}, {n: getattr(d, n) for n in names})
-    return dataclasses.replace(d, **picked)
+    fresh = reset_state(model(traced), d, warning, names)
+    return _pick(bad, {n: getattr(fresh, n) for n in names}, old)
 
-  return lax.cond(batch_any(bad), reset, lambda d: d, d)
+  return lax.cond(batch_any(bad), reset, lambda d: old, d)
+
+
+@functools.partial(_reset_cond.defjvp, symbolic_zeros=True)
+def _reset_cond_jvp(names, model, primals, tangents):
+  traced, d, old, bad, warning = primals
+  told = tangents[2]
+  out = _reset_cond(names, model, traced, d, old, bad, warning)
+
+  def tangent(x, t):
+    if is_symbolic_zero(t) or not jnp.issubdtype(x.dtype, jnp.inexact):
+      return zero_tangent(x)
+    return jnp.where(bad, jnp.zeros_like(t), t)
+
+  return out, jax.tree_util.tree_map(tangent, old, told)
 
 
 def _check(m, d, x, warning):

@@ -914,12 +914,15 @@ def make_constraint(m, d):
   differentiated cond keeps both branches forward and backward."""
   if contact_bucket(m) is None:
     return _make_constraint(m, d)
-  return _bucketed(m, d)
+  traced, model = math.split_traced(m)
+  return _bucketed(model, traced, d)
 
 
-@jax.custom_jvp
-def _bucketed(m, d):
-  """make_constraint with the contact bucket (contact_bucket(m) is not None)."""
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _bucketed(model, traced, d):
+  """make_constraint with the contact bucket (contact_bucket(m) is not None) for the Model
+  model(traced) (math.split_traced)."""
+  m = model(traced)
   k = contact_bucket(m)
   mk = dataclasses.replace(m, nconmax=k)
   names = {}
@@ -954,7 +957,7 @@ def _bucketed(m, d):
 
 
 @functools.partial(_bucketed.defjvp, symbolic_zeros=True)
-def _bucketed_jvp(primals, tangents):
+def _bucketed_jvp(model, primals, tangents):
   # the stage over every slot, differentiated in the inputs that carry a derivative (the
   # others, symbolic zeros, are closed over: no zero tangents are multiplied through)
   leaves, tree = jax.tree_util.tree_flatten(primals)
@@ -965,7 +968,8 @@ def _bucketed_jvp(primals, tangents):
     args = list(leaves)
     for i, x in zip(live, xs):
       args[i] = x
-    return _make_constraint(*jax.tree_util.tree_unflatten(tree, args))
+    traced, d = jax.tree_util.tree_unflatten(tree, args)
+    return _make_constraint(model(traced), d)
 
   if live:
     return jax.jvp(stage, [leaves[i] for i in live], [tleaves[i] for i in live])

@@ -278,6 +278,26 @@ def zero_tangent(x):
   return np.zeros(x.shape, jax.dtypes.float0)
 
 
+def split_traced(tree):
+  """(the traced leaves of a pytree (a tuple), rebuild): rebuild(leaves) is the tree with its
+  traced leaves replaced by ``leaves`` and its other leaves as they were. For a Model given to
+  a custom JVP function: passed whole, every leaf would be traced inside (a custom rule traces
+  its function on abstract arguments), and the stages' static specializations on a concrete
+  Model (``concrete``) would be lost; closed over whole, its traced leaves could not be
+  differentiated (a custom JVP rule only differentiates its arguments). So the function closes
+  over rebuild and takes the traced leaves as arguments."""
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  where = [i for i, x in enumerate(leaves) if isinstance(x, jax.core.Tracer)]
+
+  def rebuild(traced):
+    out = list(leaves)
+    for i, x in zip(where, traced):
+      out[i] = x
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+  return tuple(leaves[i] for i in where), rebuild
+
+
 def quat_mul(a, b, in_loop: bool = False):
   """Hamilton product a * b; a, b (..., 4) -> (..., 4). ``in_loop``: term by term unless
   differentiated, for use inside a loop (see _bilinear_in_loop)."""

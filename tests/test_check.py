@@ -178,6 +178,28 @@ def test_gradient_through_checked_step_is_finite():
   assert np.all(np.isfinite(np.asarray(g))) and np.all(np.any(np.asarray(g) != 0, axis=1))
 
 
+def test_reset_carries_no_derivative():
+  """Differentiated, the reset is a select of a state without derivative (check._reset_cond's
+  rule): a world reset for a bad qvel (beyond 1e10) has a zero gradient with respect to that
+  qvel, and a good world in the same batch the gradient it has in a batch without a bad world."""
+  with jax.enable_x64(True):
+    m = mjx_py.from_xml_string(XML)
+    d = mjx_py.make_data(m)
+
+    def loss(qvel):
+      x = dataclasses.replace(d, qvel=qvel, qpos=d.qpos.at[1].set(0.05))
+      x, _ = jax.lax.scan(lambda x, _: (step(m, x), None), x, None, length=3)
+      return jnp.sum(x.qpos ** 2) + jnp.sum(x.qvel ** 2)
+
+    grad = jax.jit(jax.vmap(jax.grad(loss)))
+    good = jnp.asarray([0.1, 0.0, 0.2, 0.0])
+    mixed = np.asarray(grad(jnp.stack([good, jnp.asarray([0.0, 2e10, 0.0, 0.0])])))
+    alone = np.asarray(grad(jnp.stack([good, good])))
+  np.testing.assert_array_equal(mixed[1], 0.0)
+  assert np.all(np.isfinite(mixed)) and np.any(mixed[0] != 0)
+  np.testing.assert_allclose(mixed[0], alone[0], rtol=1e-12, atol=1e-14)
+
+
 def test_njmax_overflow_drops_the_rows_and_counts():
   """The model on the floor needs contact and limit rows; with njmax below that count the
   world gets none (qacc = qacc_smooth) and warning_counts[2] grows."""
