@@ -41,7 +41,6 @@ stop_gradient, so the reset carries no derivative with respect to the Model.
 from __future__ import annotations
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +49,6 @@ from jax.custom_batching import custom_vmap
 
 from .batching import broadcast_unbatched
 from .data import make_data
-from .math import is_symbolic_zero, split_traced, zero_tangent
 
 MAXVAL = 1e10                                        # mjMAXVAL
 WARN_BADQPOS, WARN_BADQVEL, WARN_BADQACC = 4, 5, 6   # mjtWarning
@@ -94,23 +92,18 @@ def reset_state(m, d, warning, fields=None):
   """MuJoCo's reset state for the Model of ``d`` (dtypes of d; no derivative w.r.t. the
   Model) with warning counter ``warning`` (an int, or a traced int scalar) at 1 and the
   others at 0. ``fields``: reset only these Data fields (the others keep d's values)."""
-  names = _names(d, fields)
-  return dataclasses.replace(d, **_fresh(m, {n: getattr(d, n) for n in names}, warning))
-
-
-def _fresh(m, like: dict, warning) -> dict:
-  """The reset state's values of the Data fields in ``like`` ({name: value}, whose dtypes they
-  take); see reset_state."""
   fresh = make_data(m)
   # the reset state's Model-dependent values (qpos0, the mocap bodies' poses) carry no
   # derivative; the other fields are constants
   fresh = dataclasses.replace(fresh, qpos=lax.stop_gradient(fresh.qpos),
                               mocap_pos=lax.stop_gradient(fresh.mocap_pos),
                               mocap_quat=lax.stop_gradient(fresh.mocap_quat))
-  counts = jnp.zeros_like(fresh.warning_counts).at[warning].set(1)
+  counts = jnp.zeros_like(d.warning_counts).at[warning].set(1)
   fresh = dataclasses.replace(fresh, warning_counts=counts)
-  return {n: jax.tree_util.tree_map(lambda a, b: jnp.asarray(a, b.dtype), getattr(fresh, n), x)
-          for n, x in like.items()}
+  names = _names(d, fields)
+  return dataclasses.replace(d, **{
+      n: jax.tree_util.tree_map(lambda a, b: jnp.asarray(a, b.dtype), getattr(fresh, n),
+                                getattr(d, n)) for n in names})
 
 
 def _names(d, fields):
@@ -157,40 +150,15 @@ def _pick_jvp(primals, tangents):
 
 def _reset_where(m, d, bad, warning, fields=None):
   """d with the fields ``fields`` (None: all) at the reset state where ``bad``, under a
-  lax.cond that skips the reset when no world of the batch is bad (_reset_cond)."""
-  old = {n: getattr(d, n) for n in _names(d, fields)}
-  traced, model = split_traced(m)
-  return dataclasses.replace(d, **_reset_cond(model, traced, old, bad, warning))
+  lax.cond that skips the reset when no world of the batch is bad."""
+  names = _names(d, fields)
 
+  def reset(d):
+    fresh = reset_state(m, d, warning, names)
+    picked = _pick(bad, {n: getattr(fresh, n) for n in names}, {n: getattr(d, n) for n in names})
+    return dataclasses.replace(d, **picked)
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _reset_cond(model, traced, old, bad, warning):
-  """The Data fields ``old`` ({name: value}) at the reset state of the Model model(traced)
-  (math.split_traced) where ``bad``: a lax.cond on batch_any(bad) whose reset branch selects
-  (_pick) the reset state. Only these fields pass through the cond.
-
-  Differentiated, the reset state carries no derivative (see the module docstring), so the
-  tangent is old's where the world is not bad and zero where it is: one select (the rule
-  below), where a differentiated cond would keep both branches in the gradient's forward and
-  backward passes."""
-  def reset(old):
-    return _pick(bad, _fresh(model(traced), old, warning), old)
-
-  return lax.cond(batch_any(bad), reset, lambda old: old, old)
-
-
-@functools.partial(_reset_cond.defjvp, symbolic_zeros=True)
-def _reset_cond_jvp(model, primals, tangents):
-  traced, old, bad, warning = primals
-  told = tangents[1]
-  out = _reset_cond(model, traced, old, bad, warning)
-
-  def tangent(x, t):
-    if is_symbolic_zero(t) or not jnp.issubdtype(x.dtype, jnp.inexact):
-      return zero_tangent(x)
-    return jnp.where(bad, jnp.zeros_like(t), t)
-
-  return out, jax.tree_util.tree_map(tangent, old, told)
+  return lax.cond(batch_any(bad), reset, lambda d: d, d)
 
 
 def _check(m, d, x, warning):

@@ -958,23 +958,8 @@ def _bucketed(model, traced, d):
 
 @functools.partial(_bucketed.defjvp, symbolic_zeros=True)
 def _bucketed_jvp(model, primals, tangents):
-  # the stage over every slot, differentiated in the inputs that carry a derivative (the
-  # others, symbolic zeros, are closed over: no zero tangents are multiplied through)
-  leaves, tree = jax.tree_util.tree_flatten(primals)
-  tleaves = jax.tree_util.tree_leaves(tangents)
-  live = [i for i, t in enumerate(tleaves) if not math.is_symbolic_zero(t)]
-
-  def stage(*xs):
-    args = list(leaves)
-    for i, x in zip(live, xs):
-      args[i] = x
-    traced, d = jax.tree_util.tree_unflatten(tree, args)
-    return _make_constraint(model(traced), d)
-
-  if live:
-    return jax.jvp(stage, [leaves[i] for i in live], [tleaves[i] for i in live])
-  out = stage()
-  return out, jax.tree_util.tree_map(math.zero_tangent, out)
+  # the stage over every slot, differentiated in the inputs that carry a derivative
+  return math.jvp_live(lambda traced, d: _make_constraint(model(traced), d), primals, tangents)
 
 
 def _make_constraint(m, d):

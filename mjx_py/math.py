@@ -278,6 +278,41 @@ def zero_tangent(x):
   return np.zeros(x.shape, jax.dtypes.float0)
 
 
+def jvp_live(fn, primals, tangents):
+  """jax.jvp(fn, primals, tangents) for a custom JVP rule whose tangents may hold symbolic
+  zeros (``symbolic_zeros=True``): fn is differentiated only in the leaves with a tangent (the
+  others are closed over, so no zero tangent is multiplied through), and an output leaf that
+  is an input leaf passed through keeps that input's tangent, a symbolic zero staying one (the
+  stages downstream then carry no derivative for it, where jax.jvp would give instantiated
+  zeros that they would differentiate). Returns (fn's value, its tangent)."""
+  leaves, tree = jax.tree_util.tree_flatten(primals)
+  tleaves = jax.tree_util.tree_leaves(tangents)
+  live = [i for i, t in enumerate(tleaves) if not is_symbolic_zero(t)]
+
+  def fixed(*xs):
+    args = list(leaves)
+    for i, x in zip(live, xs):
+      args[i] = x
+    return fn(*jax.tree_util.tree_unflatten(tree, args))
+
+  if live:
+    out, tout = jax.jvp(fixed, [leaves[i] for i in live], [tleaves[i] for i in live])
+    touts = jax.tree_util.tree_leaves(tout)
+  else:
+    out = fixed()
+    touts = [None] * len(jax.tree_util.tree_leaves(out))
+  zero_in = {id(x) for x, t in zip(leaves, tleaves) if is_symbolic_zero(t)}
+  symbolic = {id(x): t for x, t in zip(leaves, tleaves) if is_symbolic_zero(t)}
+  outs, otree = jax.tree_util.tree_flatten(out)
+  result = []
+  for x, t in zip(outs, touts):
+    if id(x) in zero_in:
+      result.append(symbolic[id(x)])
+    else:
+      result.append(zero_tangent(x) if t is None else t)
+  return out, jax.tree_util.tree_unflatten(otree, result)
+
+
 def split_traced(tree):
   """(the traced leaves of a pytree (a tuple), rebuild): rebuild(leaves) is the tree with its
   traced leaves replaced by ``leaves`` and its other leaves as they were. For a Model given to

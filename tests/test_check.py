@@ -179,9 +179,9 @@ def test_gradient_through_checked_step_is_finite():
 
 
 def test_reset_carries_no_derivative():
-  """Differentiated, the reset is a select of a state without derivative (check._reset_cond's
-  rule): a world reset for a bad qvel (beyond 1e10) has a zero gradient with respect to that
-  qvel, and a good world in the same batch the gradient it has in a batch without a bad world."""
+  """Differentiated, the reset is a select of a state without derivative: a world reset for a
+  bad qvel (beyond 1e10) has a zero gradient with respect to that qvel, and a good world in
+  the same batch the gradient it has in a batch without a bad world."""
   with jax.enable_x64(True):
     m = mjx_py.from_xml_string(XML)
     d = mjx_py.make_data(m)
