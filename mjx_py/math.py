@@ -278,6 +278,14 @@ def zero_tangent(x):
   return np.zeros(x.shape, jax.dtypes.float0)
 
 
+def _with_leaves(leaves: list, treedef, where, new):
+  """The tree of ``leaves`` (treedef) with leaves[i] replaced by new's, for i in ``where``."""
+  out = list(leaves)
+  for i, x in zip(where, new):
+    out[i] = x
+  return jax.tree_util.tree_unflatten(treedef, out)
+
+
 def jvp_live(fn, primals, tangents):
   """jax.jvp(fn, primals, tangents) for a custom JVP rule whose tangents may hold symbolic
   zeros (``symbolic_zeros=True``): fn is differentiated only in the leaves with a tangent (the
@@ -285,15 +293,12 @@ def jvp_live(fn, primals, tangents):
   is an input leaf passed through keeps that input's tangent, a symbolic zero staying one (the
   stages downstream then carry no derivative for it, where jax.jvp would give instantiated
   zeros that they would differentiate). Returns (fn's value, its tangent)."""
-  leaves, tree = jax.tree_util.tree_flatten(primals)
+  leaves, treedef = jax.tree_util.tree_flatten(primals)
   tleaves = jax.tree_util.tree_leaves(tangents)
   live = [i for i, t in enumerate(tleaves) if not is_symbolic_zero(t)]
 
   def fixed(*xs):
-    args = list(leaves)
-    for i, x in zip(live, xs):
-      args[i] = x
-    return fn(*jax.tree_util.tree_unflatten(tree, args))
+    return fn(*_with_leaves(leaves, treedef, live, xs))
 
   if live:
     out, tout = jax.jvp(fixed, [leaves[i] for i in live], [tleaves[i] for i in live])
@@ -301,15 +306,11 @@ def jvp_live(fn, primals, tangents):
   else:
     out = fixed()
     touts = [None] * len(jax.tree_util.tree_leaves(out))
-  zero_in = {id(x) for x, t in zip(leaves, tleaves) if is_symbolic_zero(t)}
+  # the symbolic-zero tangents of the input leaves, by the leaf's identity
   symbolic = {id(x): t for x, t in zip(leaves, tleaves) if is_symbolic_zero(t)}
   outs, otree = jax.tree_util.tree_flatten(out)
-  result = []
-  for x, t in zip(outs, touts):
-    if id(x) in zero_in:
-      result.append(symbolic[id(x)])
-    else:
-      result.append(zero_tangent(x) if t is None else t)
+  result = [symbolic[id(x)] if id(x) in symbolic else (zero_tangent(x) if t is None else t)
+            for x, t in zip(outs, touts)]
   return out, jax.tree_util.tree_unflatten(otree, result)
 
 
@@ -323,14 +324,8 @@ def split_traced(tree):
   over rebuild and takes the traced leaves as arguments."""
   leaves, treedef = jax.tree_util.tree_flatten(tree)
   where = [i for i, x in enumerate(leaves) if isinstance(x, jax.core.Tracer)]
-
-  def rebuild(traced):
-    out = list(leaves)
-    for i, x in zip(where, traced):
-      out[i] = x
-    return jax.tree_util.tree_unflatten(treedef, out)
-
-  return tuple(leaves[i] for i in where), rebuild
+  return tuple(leaves[i] for i in where), lambda traced: _with_leaves(leaves, treedef, where,
+                                                                       traced)
 
 
 def quat_mul(a, b, in_loop: bool = False):
