@@ -341,7 +341,7 @@ def main(argv=None) -> int:
   print(f'model {os.path.basename(args.model)}  device {jax.devices()[0].platform}  '
         f'x64 {jax.config.jax_enable_x64}  nstep {args.nstep}'
         + ('  XLA defaults' if args.full_opt else
-           '  FAST_COMPILE (+ NO_LIBRARY_FUSIONS from 32 worlds per device)'))
+           '  FAST_COMPILE (+ NO_LIBRARY_FUSIONS and NO_LOOP_HOISTING from 32 worlds per device)'))
   print(f"{'batch':>6} {'ours steps/s':>14} {'compile s':>10}")
   for batch in args.batch:
     c, sps = time_rollout(xml, batch, args.nstep, base_dir=os.path.dirname(args.model),

@@ -137,10 +137,21 @@ def test_fast_compile_options():
   batched = xla.compile_options(batch=xla.LIBRARY_FUSIONS_MIN_BATCH)
   expect = {**(mjx_py.FAST_COMPILE if supported else {}),
             **(xla.NO_LIBRARY_FUSIONS if xla.no_library_fusions_supported() else {})}
-  assert batched == ((expect or None) if on_cpu else None)
-  assert xla.option_groups(batched) == [k for k, g in (('FAST_COMPILE', mjx_py.FAST_COMPILE),
-                                        ('NO_LIBRARY_FUSIONS', xla.NO_LIBRARY_FUSIONS))
-                                        if g.items() <= (batched or {}).items()]
+  # a batched program also leaves out loop-invariant code motion, after FAST_COMPILE's pass
+  expect['xla_disable_hlo_passes'] = ','.join(
+      ['tree_reduction_rewriter'] * supported + ['while-loop-invariant-code-motion'])
+  assert xla.NO_LOOP_HOISTING == 'while-loop-invariant-code-motion'
+  assert batched == (expect if on_cpu else None)
+  if on_cpu:
+    assert xla.option_groups(batched) == (['FAST_COMPILE'] * supported + ['NO_LIBRARY_FUSIONS']
+                                          * xla.no_library_fusions_supported()
+                                          + ['NO_LOOP_HOISTING'])
+    # the pass list is compared as a set, and a group needs all of its options
+    assert xla.option_groups({**batched, 'xla_disable_hlo_passes': ','.join(reversed(
+        batched['xla_disable_hlo_passes'].split(',')))}) == xla.option_groups(batched)
+    assert 'FAST_COMPILE' not in xla.option_groups(
+        {'xla_disable_hlo_passes': 'tree_reduction_rewriter'})
+  assert xla.option_groups(None) == []
   assert xla.compile_options(batch=xla.LIBRARY_FUSIONS_MIN_BATCH - 1) == xla.compile_options()
   assert xla.compile_options(False) is None and xla.compile_options(False, batch=64) is None
   if xla.no_library_fusions_supported():
