@@ -143,7 +143,8 @@ FAST_COMPILE = {'xla_cpu_use_fusion_emitters': False,
 NO_LIBRARY_FUSIONS = {'xla_cpu_experimental_ynn_fusion_type': ''}
 # the HLO pass compile_options leaves out of batched programs (see the module docstring)
 NO_LOOP_HOISTING = 'while-loop-invariant-code-motion'
-# worlds per device from which compile_options adds NO_LIBRARY_FUSIONS (see the docstring)
+# worlds per device from which compile_options adds NO_LIBRARY_FUSIONS and NO_LOOP_HOISTING
+# (see the docstring)
 LIBRARY_FUSIONS_MIN_BATCH = 32
 CPU_XLA_FLAGS = ('--xla_backend_extra_options='
                  'xla_cpu_small_while_loop_byte_threshold=1048576')
@@ -197,16 +198,19 @@ def option_groups(options: dict | None) -> list:
   """The names of mjx_py's option sets ('FAST_COMPILE', 'NO_LIBRARY_FUSIONS',
   'NO_LOOP_HOISTING') that the compile options ``options`` include (the HLO passes left out
   compared as a set)."""
-  options = dict(options or {})
-  passes = set(filter(None, options.pop('xla_disable_hlo_passes', '').split(',')))
-  groups = (('FAST_COMPILE', FAST_COMPILE), ('NO_LIBRARY_FUSIONS', NO_LIBRARY_FUSIONS))
+  options, passes = _split_passes(options)
   names = []
-  for name, g in groups:
-    g = dict(g)
-    need = set(filter(None, g.pop('xla_disable_hlo_passes', '').split(',')))
-    if (g or need) and g.items() <= options.items() and need <= passes:
+  for name, group in (('FAST_COMPILE', FAST_COMPILE), ('NO_LIBRARY_FUSIONS', NO_LIBRARY_FUSIONS)):
+    rest, need = _split_passes(group)
+    if (rest or need) and rest.items() <= options.items() and need <= passes:
       names.append(name)
   return names + (['NO_LOOP_HOISTING'] if NO_LOOP_HOISTING in passes else [])
+
+
+def _split_passes(options: dict | None) -> tuple:
+  """(the compile options without xla_disable_hlo_passes, the set of HLO passes it names)."""
+  options = dict(options or {})
+  return options, set(filter(None, options.pop('xla_disable_hlo_passes', '').split(',')))
 
 
 def _cpu_accepts(options: dict) -> bool:
