@@ -15,17 +15,9 @@ import sys
 # pytest-xdist workers already keep both cores busy, so the parts only add per-module overhead
 # (humanoid and ant steps compiled by two processes at once, eight alternating rounds: mean XLA
 # compile 8.26 -> 7.45 s and 8.62 -> 7.80 s; a float64 humanoid rollout bit-identical).
-# oracle.RUN_OPTIMIZED gives the -O2 compiles the 32 parts back. The fourth leaves out XLA's
-# while-loop-invariant-code-motion pass (mjx_py.xla.NO_LOOP_HOISTING, which the library leaves
-# out of batched programs): hoisting the loops' invariants costs compile time, which the tests'
-# short runs do not win back. tests/test_rollout.py and tests/test_batch.py on both workers,
-# alternating, two rounds: 239.8 and 249.8 s wall with the pass, 226.4 and 223.5 s without;
-# tests/test_gradients.py in one process 150.6 -> 143.2 s. A compile given its own
-# xla_disable_hlo_passes (mjx_py.FAST_COMPILE's, tests/test_rollout.py's _hoisted) replaces
-# this list.
+# oracle.RUN_OPTIMIZED gives the -O2 compiles the 32 parts back.
 _FLAGS = ('--xla_backend_optimization_level=0', '--xla_cpu_use_fusion_emitters=false',
-          '--xla_cpu_parallel_codegen_split_count=1',
-          '--xla_disable_hlo_passes=while-loop-invariant-code-motion')
+          '--xla_cpu_parallel_codegen_split_count=1')
 
 
 def _xla_accepts(flag: str) -> bool:

@@ -279,15 +279,6 @@ def test_step_reads_only_the_state(path):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=f'{path} {f.name}')
 
 
-def _hoisted(fn, *args):
-  """jax.jit(fn)(*args) compiled with every HLO pass on: tests/conftest.py leaves XLA's
-  while-loop-invariant-code-motion out of the session's compiles, and without it the whole-Data
-  and state-only rollouts (two programs of different loop carries) round some sums differently
-  (1 ulp), which the bit-for-bit comparison below would take for a difference in what a step
-  reads. An explicit pass list replaces $XLA_FLAGS's."""
-  return jax.jit(fn).lower(*args).compile({'xla_disable_hlo_passes': ''})(*args)
-
-
 def test_rollout_state_only(setup):
   """rollout(state_only=True): the whole-Data rollout's state fields and records bit for bit,
   the input Data's other fields, and the same forward-mode derivative of the final qpos."""
@@ -295,16 +286,16 @@ def test_rollout_state_only(setup):
   m, d, ctrl = setup
   d = dataclasses.replace(d, qvel=d.qvel + 0.1)
   with jax.enable_x64(True):
-    full = _hoisted(lambda d, c: mjx_py.rollout(m, d, c, record=_record), d, ctrl)
-    mine = _hoisted(lambda d, c: mjx_py.rollout(m, d, c, record=_record, state_only=True),
-                    d, ctrl)
+    full = jax.jit(lambda d, c: mjx_py.rollout(m, d, c, record=_record))(d, ctrl)
+    mine = jax.jit(lambda d, c: mjx_py.rollout(m, d, c, record=_record, state_only=True))(
+        d, ctrl)
     tangent = jnp.ones_like(d.qvel)
 
     def jvp(state_only):
       def final_qpos(qvel):
         dd = dataclasses.replace(d, qvel=qvel)
         return mjx_py.rollout(m, dd, ctrl[:5], state_only=state_only)[0].qpos
-      return _hoisted(lambda v, t: jax.jvp(final_qpos, (v,), (t,)), d.qvel, tangent)
+      return jax.jit(lambda v, t: jax.jvp(final_qpos, (v,), (t,)))(d.qvel, tangent)
     jvps = [jvp(False), jvp(True)]
   _same(full[1], mine[1])
   names = state_fields(d)
